@@ -1,0 +1,145 @@
+"""Privacy costs as fixed-point integer vectors.
+
+A user's privacy loss is tracked in three accounting notions (DESIGN.md §3):
+
+* ``zcdp`` — δ-approximate ρ-zCDP (Bun–Steinke; 001 Def. 2.2): components ``zcdp_rho`` and ``zcdp_delta``;
+* ``cgp``  — ρ-CGP per configured distance unit² (003 Def. 3.1; 000 §3): ``cgp_rho`` and ``cgp_delta``;
+* ``emd``  — (α, δ)-d_EM-DP (004): ``emd_alpha`` and ``emd_delta``.
+
+Every component is stored as a non-negative integer in fixed point so that sums never drift past a budget:
+a *cost* is rounded **up** to the grid (:func:`cost_to_fixed`) and a *budget* is rounded **down**
+(:func:`budget_to_fixed`). Hence ``Σ fixed(cost_i) ≤ fixed(budget)`` implies ``Σ cost_i ≤ budget`` exactly.
+
+Scales: ρ and α at 10⁻¹² (a budget of 10⁶ still fits in int64 with room for 10⁶ additions), δ at 10⁻¹⁸
+(the smallest δ an operator can configure is 10⁻¹⁸; budgets up to 9.2 fit int64).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+
+NOTIONS: tuple[str, ...] = ("zcdp", "cgp", "emd")
+
+#: Order of the components of a cost vector (the same order is used by every budget store).
+COMPONENTS: tuple[str, ...] = ("zcdp_rho", "zcdp_delta", "cgp_rho", "cgp_delta", "emd_alpha", "emd_delta")
+N_COMPONENTS = len(COMPONENTS)
+
+LOSS_SCALE = 10**12  # ρ (zCDP, CGP) and α (EMD)
+DELTA_SCALE = 10**18  # δ of every notion
+SCALES: tuple[int, ...] = (LOSS_SCALE, DELTA_SCALE, LOSS_SCALE, DELTA_SCALE, LOSS_SCALE, DELTA_SCALE)
+INT64_MAX = 2**63 - 1
+
+
+def _check_real(x: float, name: str) -> float:
+    x = float(x)
+    if not math.isfinite(x) or x < 0:
+        raise ValueError(f"{name} must be a finite number ≥ 0, got {x!r}")
+    return x
+
+
+def cost_to_fixed(x: float, scale: int) -> int:
+    """Round a cost *up* to the fixed-point grid (never under-charge)."""
+    x = _check_real(x, "cost")
+    v = math.ceil(x * scale)
+    # x*scale is a float product; guard against it rounding below the true value by one ulp.
+    if v / scale < x:
+        v += 1
+    if v > INT64_MAX:
+        raise OverflowError(f"cost {x} does not fit the fixed-point range")
+    return int(v)
+
+
+def budget_to_fixed(x: float, scale: int) -> int:
+    """Round a budget *down* to the fixed-point grid (never over-grant). ``inf`` maps to INT64_MAX."""
+    x = float(x)
+    if math.isinf(x) and x > 0:
+        return INT64_MAX
+    x = _check_real(x, "budget")
+    v = math.floor(x * scale)
+    if v / scale > x:
+        v -= 1
+    return int(min(v, INT64_MAX))
+
+
+def from_fixed(v: int, scale: int) -> float:
+    return int(v) / scale
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A privacy cost in real numbers, per notion. Costs add (zCDP Thm 6 in 001; CGP Thm 3.2 in 003)."""
+
+    zcdp_rho: float = 0.0
+    zcdp_delta: float = 0.0
+    cgp_rho: float = 0.0
+    cgp_delta: float = 0.0
+    emd_alpha: float = 0.0
+    emd_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in COMPONENTS:
+            _check_real(getattr(self, name), name)
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple())))
+
+    def __mul__(self, k: float) -> "Cost":
+        k = _check_real(k, "multiplier")
+        return Cost(*(a * k for a in self.as_tuple()))
+
+    __rmul__ = __mul__
+
+    def as_tuple(self) -> tuple[float, ...]:
+        return tuple(getattr(self, n) for n in COMPONENTS)
+
+    def as_dict(self) -> dict[str, float]:
+        return {n: getattr(self, n) for n in COMPONENTS}
+
+    def is_zero(self) -> bool:
+        return all(v == 0 for v in self.as_tuple())
+
+    def to_fixed(self) -> np.ndarray:
+        """Fixed-point vector (int64), each component rounded up."""
+        return np.array([cost_to_fixed(v, s) for v, s in zip(self.as_tuple(), SCALES)], dtype=np.int64)
+
+    @classmethod
+    def zcdp(cls, rho: float, delta: float = 0.0) -> "Cost":
+        return cls(zcdp_rho=rho, zcdp_delta=delta)
+
+    @classmethod
+    def cgp(cls, rho: float, delta: float = 0.0) -> "Cost":
+        return cls(cgp_rho=rho, cgp_delta=delta)
+
+    @classmethod
+    def emd(cls, alpha: float, delta: float = 0.0) -> "Cost":
+        return cls(emd_alpha=alpha, emd_delta=delta)
+
+    @classmethod
+    def pure_dp(cls, epsilon: float) -> "Cost":
+        """A pure ε-DP mechanism is ε²/2-zCDP (001 Thm 3)."""
+        return cls(zcdp_rho=_check_real(epsilon, "epsilon") ** 2 / 2)
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, float]) -> "Cost":
+        unknown = set(m) - set(COMPONENTS)
+        if unknown:
+            raise ValueError(f"unknown cost component(s): {sorted(unknown)}")
+        return cls(**{k: float(v) for k, v in m.items()})
+
+
+def budget_vector(budget: Cost) -> np.ndarray:
+    """Fixed-point budget vector (int64), each component rounded down."""
+    return np.array([budget_to_fixed(v, s) for v, s in zip(budget.as_tuple(), SCALES)], dtype=np.int64)
+
+
+def fixed_to_cost(v: Iterable[int]) -> Cost:
+    return Cost(*(from_fixed(int(x), s) for x, s in zip(v, SCALES)))
+
+
+def notions_in_use(v: Iterable[float]) -> list[str]:
+    vals = list(v)
+    return [n for i, n in enumerate(NOTIONS) if vals[2 * i] or vals[2 * i + 1]]

@@ -1,0 +1,121 @@
+"""The budget-store contract: per-user privacy filters (000 Alg. 1, filter eq. (7)) with reserve/settle.
+
+Every store (in-memory, Redis) implements exactly this interface and passes the same contract tests
+(``tests/filter/test_store_contract.py``).
+
+Semantics (DESIGN.md §3):
+
+* A user's **budget** is a fixed-point vector (see :mod:`streamdp.accounting.cost`): the store's default, or a
+  per-user override set by :meth:`BudgetStore.grant`. **Spent** starts at zero.
+* :meth:`BudgetStore.admit` is one atomic check-and-charge for a batch: a user is admitted iff they are not
+  halted and ``spent + cost ≤ budget`` in **every** component (000 eq. (7), componentwise). Admitted users are
+  charged ``cost`` (the reservation). A user who does not fit is **halted for good** (sticky HALT, 000 Alg. 1);
+  nothing is charged to them. A non-halted user with an all-zero cost is admitted free (000 Alg. 1: R = 0
+  returns NULL and charges nothing).
+* Each batch is identified by ``(scope, seq)`` where ``seq`` increases per scope (the engine uses its window
+  sequence number). Idempotency: a repeated admit of the same ``(scope, seq)`` returns, for every user it already
+  applied to, the first outcome and charges nothing; a user whose last applied seq in that scope is *greater*
+  than ``seq`` (a stale replay) is answered "admitted iff not halted" and charged nothing.
+* :meth:`BudgetStore.settle` lowers an admitted user's charge for batch ``(scope, seq)`` from the reserved cost to
+  the actual cost (``0 ≤ actual ≤ reserved`` componentwise, else :class:`ValueError`). Settling twice, or a batch
+  that has no reservation for the user, is a no-op. Recorded spend never drops below what was executed.
+* The **release log** maps an idempotency key (query, epoch, window) to the published record bytes; the first
+  write wins and every later write returns the stored bytes.
+* The **ledger** is an append-only list of JSON-able dict entries (releases and administrative changes).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, Cost, fixed_to_cost
+
+
+class StoreError(RuntimeError):
+    """The budget store cannot be reached or answered wrongly; nothing was charged or published."""
+
+
+@dataclass
+class UserBudget:
+    user: str
+    halted: bool
+    spent: np.ndarray  # int64[N_COMPONENTS], fixed point
+    budget: np.ndarray  # int64[N_COMPONENTS], fixed point
+    extra: dict = field(default_factory=dict)
+
+    def spent_cost(self) -> Cost:
+        return fixed_to_cost(self.spent)
+
+    def budget_cost(self) -> Cost:
+        return fixed_to_cost(self.budget)
+
+    def remaining(self) -> np.ndarray:
+        return self.budget - self.spent
+
+
+def as_cost_matrix(costs, n: int) -> np.ndarray:
+    """Validate/convert a batch of fixed-point cost vectors to an ``(n, N_COMPONENTS)`` int64 array."""
+    arr = np.asarray(costs, dtype=np.int64)
+    if arr.ndim == 1 and arr.shape[0] == N_COMPONENTS:
+        arr = np.broadcast_to(arr, (n, N_COMPONENTS))
+    if arr.shape != (n, N_COMPONENTS):
+        raise ValueError(f"costs must have shape ({n}, {N_COMPONENTS}), got {arr.shape}")
+    if (arr < 0).any():
+        raise ValueError("costs must be ≥ 0")
+    return np.ascontiguousarray(arr)
+
+
+class BudgetStore(abc.ABC):
+    """Per-user privacy filters. All amounts are fixed-point int64 vectors in the order of ``COMPONENTS``."""
+
+    components = COMPONENTS
+
+    # ---- budgets -------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def default_budget(self) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def set_default_budget(self, budget: np.ndarray, *, actor: str = "operator", reason: str = "") -> None:
+        """Set the default budget (administrative; writes an audit entry to the ledger)."""
+
+    @abc.abstractmethod
+    def grant(self, user: str, budget: np.ndarray, *, actor: str = "operator", reason: str = "") -> None:
+        """Set a per-user budget override (administrative; audit entry). Does not un-halt a user."""
+
+    # ---- admission -----------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def admit(self, scope: str, seq: int, users: Sequence[str], costs) -> np.ndarray:
+        """Atomic check-and-charge of a batch; returns a bool mask of admitted users (see module doc)."""
+
+    @abc.abstractmethod
+    def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
+        """Lower reservations of batch ``(scope, seq)`` to the actual costs (see module doc)."""
+
+    # ---- release log and ledger ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def put_release(self, key: str, record: bytes) -> bytes:
+        """Store ``record`` under ``key`` unless present; return the stored bytes (first write wins)."""
+
+    @abc.abstractmethod
+    def get_release(self, key: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def append_ledger(self, entry: dict) -> None: ...
+
+    @abc.abstractmethod
+    def ledger(self, *, query: str | None = None, since: float | None = None) -> list[dict]: ...
+
+    # ---- inspection ----------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def get_user(self, user: str) -> UserBudget | None:
+        """The user's record, or ``None`` if the store has never seen them."""
+
+    @abc.abstractmethod
+    def iter_users(self) -> Iterator[UserBudget]: ...
+
+    def close(self) -> None:  # pragma: no cover - trivial
+        pass
