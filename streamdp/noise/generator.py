@@ -17,7 +17,8 @@ import warnings
 import numpy as np
 from randomgen import ChaCha
 
-__all__ = ["secure_generator", "unsafe_seeded_generator", "UnsafeSeedWarning", "make_generator"]
+__all__ = ["secure_generator", "unsafe_seeded_generator", "UnsafeSeedWarning", "make_generator",
+           "synthetic_data_generator"]
 
 
 class UnsafeSeedWarning(UserWarning):
@@ -48,3 +49,8 @@ def make_generator(unsafe_test_seed: int | None = None) -> np.random.Generator:
     if unsafe_test_seed is None:
         return secure_generator()
     return unsafe_seeded_generator(unsafe_test_seed)
+
+
+def synthetic_data_generator(seed: int) -> np.random.Generator:
+    """Seeded generator for SYNTHETIC INPUT DATA (demo streams, benchmarks) — never for privacy noise."""
+    return np.random.Generator(ChaCha(seed=int(seed), rounds=8))

@@ -1,0 +1,151 @@
+"""Service configuration (TOML). Invalid configuration fails at start with a message naming the field.
+
+```toml
+[service]
+window_seconds = 86400        # tumbling window length (event time)
+horizon = 64                  # L: windows per epoch of the continual-count tree
+origin = 1356998400           # optional: start of window 1 (default: aligned below the first event)
+allowed_lateness = 0          # seconds
+unsafe_test_seed = 7          # TEST MODE ONLY: deterministic noise (never in production)
+
+[budget]                      # default per-user budgets, per notion
+zcdp_rho = 1.0
+zcdp_delta = 1e-6
+cgp_rho = 0.0
+emd_alpha = 0.0
+
+[kafka]                       # used by `streamdp run`
+bootstrap = "localhost:9092"
+input_topic = "streamdp.events"
+output_prefix = "streamdp.out."
+dead_letter_topic = "streamdp.dead"
+
+[[query]]
+id = "dest_counts"
+kind = "continual_counts"
+sigma = 4.0
+```
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamdp.accounting.cost import COMPONENTS, Cost
+from streamdp.config.kinds import ConfigError, Param, build_query
+
+SERVICE_PARAMS = (
+    Param("window_seconds", "float", "tumbling window length in seconds of event time", required=True, gt=0),
+    Param("horizon", "int", "L: windows per epoch of the continual-count tree", default=64, min=1, max=1 << 20),
+    Param("origin", "float", "event time of the start of window 1", default=None),
+    Param("allowed_lateness", "float", "seconds the watermark trails the max event time", default=0.0, min=0),
+    Param("idle_timeout", "float", "seconds after which an idle partition no longer holds the watermark",
+          default=None, gt=0),
+    Param("max_future_seconds", "float", "events this far ahead of the watermark are dead-lettered",
+          default=30 * 86400.0, gt=0),
+    Param("unsafe_test_seed", "int", "TEST MODE: deterministic noise — releases are NOT private", default=None),
+)
+
+BUDGET_PARAMS = tuple(Param(c, "float", f"default budget: {c}", default=0.0, min=0) for c in COMPONENTS)
+
+KAFKA_PARAMS = (
+    Param("bootstrap", "str", "Kafka bootstrap servers", default="localhost:9092"),
+    Param("input_topic", "str", "topic of raw JSON events keyed by user", default="streamdp.events"),
+    Param("output_prefix", "str", "prefix of the per-query output topics", default="streamdp.out."),
+    Param("dead_letter_topic", "str", "topic of rejected events", default="streamdp.dead"),
+    Param("group_id", "str", "consumer group", default="streamdp"),
+    Param("partitions", "int", "partitions of the internal/output topics created at start", default=4, min=1),
+    Param("security_protocol", "str", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", default="PLAINTEXT",
+          choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    Param("sasl_mechanism", "str", "SASL mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)", default=None),
+    Param("sasl_username", "str", "SASL user", default=None),
+    Param("sasl_password", "str", "SASL password", default=None),
+    Param("ssl_cafile", "str", "CA bundle for SSL", default=None),
+    Param("batch_max_records", "int", "max records per consumer fetch", default=5000, min=1),
+    Param("metrics_port", "int", "Prometheus metrics port (0 = off)", default=0, min=0, max=65535),
+)
+
+
+@dataclass
+class ServiceConfig:
+    service: dict
+    budget: Cost
+    kafka: dict
+    query_tables: list[dict]
+    store: str | None = None
+    raw: dict = field(default_factory=dict)
+
+    def engine_config(self):
+        from streamdp.engine.engine import EngineConfig
+
+        s = self.service
+        return EngineConfig(window_seconds=s["window_seconds"], horizon=s["horizon"], origin=s["origin"],
+                            allowed_lateness=s["allowed_lateness"], idle_timeout=s["idle_timeout"],
+                            max_future_seconds=s["max_future_seconds"], unsafe_test_seed=s["unsafe_test_seed"])
+
+    def build_queries(self) -> list:
+        return [build_query(f"query[{i}]", t, horizon=self.service["horizon"])
+                for i, t in enumerate(self.query_tables)]
+
+
+def _section(raw: dict, name: str, params: tuple[Param, ...]) -> dict:
+    sec = raw.get(name, {})
+    if not isinstance(sec, dict):
+        raise ConfigError(f"{name}: must be a table")
+    known = {p.name for p in params}
+    extra = sorted(set(sec) - known)
+    if extra:
+        raise ConfigError(f"{name}.{extra[0]}: unknown setting (known: {sorted(known)})")
+    out = {}
+    for p in params:
+        if p.name in sec:
+            out[p.name] = p.check(name, sec[p.name])
+        elif p.required:
+            raise ConfigError(f"{name}.{p.name}: is required")
+        else:
+            out[p.name] = p.default
+    return out
+
+
+def parse_config(raw: dict) -> ServiceConfig:
+    known = {"service", "budget", "kafka", "query", "store"}
+    extra = sorted(set(raw) - known)
+    if extra:
+        raise ConfigError(f"{extra[0]}: unknown section (known: {sorted(known)})")
+    service = _section(raw, "service", SERVICE_PARAMS)
+    budget = _section(raw, "budget", BUDGET_PARAMS)
+    kafka = _section(raw, "kafka", KAFKA_PARAMS)
+    queries = raw.get("query", [])
+    if not isinstance(queries, list) or not all(isinstance(q, dict) for q in queries):
+        raise ConfigError("query: must be an array of tables ([[query]])")
+    if not queries:
+        raise ConfigError("query: at least one [[query]] is required")
+    ids = [q.get("id") for q in queries]
+    for i, q in enumerate(ids):
+        if q is not None and ids.index(q) != i:
+            raise ConfigError(f"query[{i}].id: duplicate id {q!r}")
+    store = raw.get("store")
+    if store is not None and not isinstance(store, str):
+        raise ConfigError("store: must be a URL string")
+    cfg = ServiceConfig(service=service, budget=Cost(**budget), kafka=kafka, query_tables=queries, store=store,
+                        raw=raw)
+    cfg.build_queries()  # validates every query table (and constructs them once)
+    return cfg
+
+
+def load_config(path: str) -> ServiceConfig:
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    return parse_config(raw)
+
+
+def is_finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

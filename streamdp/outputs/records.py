@@ -1,0 +1,95 @@
+"""The output contract: one record per (query, epoch, window) (DESIGN.md §1 "Subscribers").
+
+Every record carries the schema version, query id and kind, epoch, window [start, end), the released values and the
+privacy cost of this release: per notion the maximum individual cost over users and the number of users charged.
+Records are keyed by ``query/epoch/window`` (the idempotency key of the release log and the Kafka record key).
+JSON Schemas for every kind live in ``streamdp/schemas/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+from streamdp.accounting.cost import COMPONENTS, NOTIONS, SCALES
+
+SCHEMA_VERSION = 1
+
+
+def release_key(query_id: str, epoch: int, t: int) -> str:
+    return f"{query_id}/{epoch}/{t}"
+
+
+def cost_summary(costs: np.ndarray) -> dict:
+    """Max individual cost per notion (real numbers) and users charged, from fixed-point rows."""
+    out: dict = {}
+    n_charged = int((costs > 0).any(axis=1).sum()) if costs.size else 0
+    mx = costs.max(axis=0) if costs.size else np.zeros(len(COMPONENTS), dtype=np.int64)
+    for i, notion in enumerate(NOTIONS):
+        a, d = int(mx[2 * i]), int(mx[2 * i + 1])
+        if a or d:
+            key = "alpha" if notion == "emd" else "rho"
+            out[notion] = {key: a / SCALES[2 * i], "delta": d / SCALES[2 * i + 1]}
+    out["users_charged"] = n_charged
+    return out
+
+
+@dataclass
+class ReleaseRecord:
+    query: str
+    kind: str
+    epoch: int
+    t: int
+    seq: int
+    start: float
+    end: float
+    values: dict
+    cost: dict
+    meta: dict
+
+    @property
+    def key(self) -> str:
+        return release_key(self.query, self.epoch, self.t)
+
+    @classmethod
+    def build(cls, q, w, rel, costs: np.ndarray) -> "ReleaseRecord":
+        return cls(query=q.id, kind=q.kind, epoch=w.epoch, t=w.t, seq=w.seq, start=w.start, end=w.end,
+                   values=rel.values, cost=cost_summary(costs), meta=dict(rel.meta))
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "key": self.key,
+            "query": self.query,
+            "kind": self.kind,
+            "epoch": self.epoch,
+            "window": {"t": self.t, "seq": self.seq, "start": self.start, "end": self.end},
+            "values": self.values,
+            "cost": self.cost,
+            **({"meta": self.meta} if self.meta else {}),
+        }
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(self.to_dict(), option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+    @classmethod
+    def from_bytes(cls, b: bytes) -> "ReleaseRecord":
+        d = orjson.loads(b)
+        w = d["window"]
+        return cls(query=d["query"], kind=d["kind"], epoch=d["epoch"], t=w["t"], seq=w["seq"], start=w["start"],
+                   end=w["end"], values=d["values"], cost=d["cost"], meta=d.get("meta", {}))
+
+    def ledger_entry(self) -> dict:
+        e = {"type": "release", "key": self.key, "query": self.query, "kind": self.kind, "epoch": self.epoch,
+             "window": self.t, "seq": self.seq}
+        for notion in NOTIONS:
+            if notion in self.cost:
+                for k, v in self.cost[notion].items():
+                    e[f"{notion}_{k}_max"] = v
+        e["users_charged"] = self.cost.get("users_charged", 0)
+        for k, v in self.meta.items():
+            if isinstance(v, (int, float, str, bool)):
+                e[k] = v
+        return e

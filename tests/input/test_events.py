@@ -1,0 +1,97 @@
+"""Bad input (DESIGN.md §6): every malformed event is rejected with a reason; good ones in the same batch go on."""
+
+import math
+
+import numpy as np
+import orjson
+import pytest
+
+from streamdp.input.events import MAX_ITEMS, MAX_PAYLOAD_BYTES, BadEvent, parse_batch, parse_event
+
+GOOD = b'{"user": "u1", "ts": 1700000000.5, "items": ["a", "b"], "value": 3.5, "loc": [37.7, -122.4]}'
+
+MALFORMED = [
+    (b"", "malformed_json"),
+    (b"{", "malformed_json"),
+    (b"not json", "malformed_json"),
+    (b'{"user": "u1", "ts": 1700000000,}', "malformed_json"),
+    (b"\xff\xfe{}", "not_utf8"),
+    (b'{"user": "u\xff", "ts": 1700000000}', "not_utf8"),
+    (b"[1, 2]", "not_an_object"),
+    (b'"just a string"', "not_an_object"),
+    (b"null", "not_an_object"),
+    (b'{"ts": 1700000000}', "missing_user"),
+    (b'{"user": null, "ts": 1700000000}', "missing_user"),
+    (b'{"user": ["u1"], "ts": 1700000000}', "bad_user"),
+    (b'{"user": true, "ts": 1700000000}', "bad_user"),
+    (b'{"user": "", "ts": 1700000000}', "bad_user"),
+    (b'{"user": "u1"}', "missing_ts"),
+    (b'{"user": "u1", "ts": "yesterday"}', "bad_ts"),
+    (b'{"user": "u1", "ts": true}', "bad_ts"),
+    (b'{"user": "u1", "ts": -5}', "absurd_ts"),
+    (b'{"user": "u1", "ts": 1e15}', "absurd_ts"),
+    (b'{"user": "u1", "ts": 1700000000, "items": "a"}', "bad_items"),
+    (b'{"user": "u1", "ts": 1700000000, "items": [1, 2]}', "bad_items"),
+    (b'{"user": "u1", "ts": 1700000000, "items": [""]}', "bad_items"),
+    (b'{"user": "u1", "ts": 1700000000, "value": "high"}', "bad_value"),
+    (b'{"user": "u1", "ts": 1700000000, "value": NaN}', "malformed_json"),
+    (b'{"user": "u1", "ts": 1700000000, "value": Infinity}', "malformed_json"),
+    (b'{"user": "u1", "ts": 1700000000, "value": 1e999}', "malformed_json"),  # orjson refuses out-of-range numbers
+    (b'{"user": "u1", "ts": 1700000000, "loc": [1]}', "bad_loc"),
+    (b'{"user": "u1", "ts": 1700000000, "loc": ["a", "b"]}', "bad_loc"),
+    (b'{"user": "u1", "ts": 1700000000, "loc": {"lat": 1, "lon": 2}}', "bad_loc"),
+    (orjson.dumps({"user": "u1", "ts": 1700000000, "items": ["x"] * (MAX_ITEMS + 1)}), "too_many_items"),
+    (b'{"user": "u1", "ts": 1700000000, "pad": "' + b"x" * MAX_PAYLOAD_BYTES + b'"}', "oversized"),
+    (b'{"user": "' + b"u" * 300 + b'", "ts": 1700000000}', "bad_user"),
+]
+
+
+def test_good_event_parses():
+    user, ts, items, value, loc = parse_event(GOOD)
+    assert (user, ts, items, value, loc) == ("u1", 1700000000.5, ["a", "b"], 3.5, (37.7, -122.4))
+
+
+def test_optional_fields_absent():
+    user, ts, items, value, loc = parse_event(b'{"user": 17, "ts": 1700000000}')
+    assert user == "17" and items is None and math.isnan(value) and loc is None
+
+
+@pytest.mark.parametrize("payload,reason", MALFORMED)
+def test_malformed_event_is_rejected_with_reason(payload, reason):
+    with pytest.raises(BadEvent) as e:
+        parse_event(payload)
+    assert e.value.reason == reason
+
+
+def test_at_least_20_kinds_of_bad_input():
+    assert len({r for _, r in MALFORMED}) >= 12 and len(MALFORMED) >= 20
+
+
+def test_batch_keeps_good_events_and_dead_letters_bad_ones_in_order():
+    payloads = []
+    for i, (bad, _) in enumerate(MALFORMED):
+        payloads.append(orjson.dumps({"user": f"u{i}", "ts": 1700000000 + i, "items": [f"i{i}"]}))
+        payloads.append(bad)
+    batch, dead = parse_batch(payloads)
+    assert len(batch) == len(MALFORMED)
+    assert [d.reason for d in dead] == [r for _, r in MALFORMED]
+    assert batch.users == [f"u{i}" for i in range(len(MALFORMED))]
+    assert batch.items == [f"i{i}" for i in range(len(MALFORMED))]
+    np.testing.assert_array_equal(batch.source_rows, np.arange(0, 2 * len(MALFORMED), 2))
+    np.testing.assert_array_equal(np.diff(batch.item_offsets), np.ones(len(MALFORMED)))
+
+
+def test_batch_fast_path_equals_slow_path():
+    good = [orjson.dumps({"user": f"u{i}", "ts": 1.7e9 + i, "items": ["a"] * (i % 3), "value": i})
+            for i in range(50)]
+    b1, d1 = parse_batch(good)
+    b2, d2 = parse_batch(good + [b"{"])
+    assert not d1 and len(d2) == 1
+    assert b1.users == b2.users and b1.items == b2.items
+    np.testing.assert_array_equal(b1.ts, b2.ts)
+    np.testing.assert_array_equal(b1.item_offsets, b2.item_offsets)
+
+
+def test_smuggled_two_values_in_one_payload_is_rejected():
+    batch, dead = parse_batch([b'{"user":"a","ts":1700000000},{"user":"b","ts":1700000000}', GOOD])
+    assert len(batch) == 1 and len(dead) == 1 and dead[0].reason == "malformed_json"
