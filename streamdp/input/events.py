@@ -5,17 +5,21 @@ An event is a JSON object keyed by user, e.g.
 ``user`` and ``ts`` are required; every other field is optional. A bad event is never fatal: it is returned with a
 reason (for the dead-letter topic) and counted; the batch goes on.
 
-The hot path parses a whole batch with one ``orjson.loads`` of the joined payloads, falling back to per-event
-parsing only when the batch contains a malformed payload.
+The hot path decodes a whole batch with ONE msgspec call (schema-typed decoding in C) of the joined payloads, then
+runs the semantic checks vectorised; only around a bad payload does it split the batch, and only when a batch is
+ambiguous (a syntax error, a payload smuggling two values) does it decode payload by payload.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 from dataclasses import dataclass, field
+from typing import Optional, Union
 
+import msgspec
 import numpy as np
-import orjson
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_ITEMS = 1000
@@ -58,117 +62,219 @@ class EventBatch:
         return len(self.users)
 
 
-def _validate(obj) -> tuple[str, float, list[str] | None, float, tuple[float, float] | None]:
-    if not isinstance(obj, dict):
-        raise BadEvent("not_an_object", f"expected a JSON object, got {type(obj).__name__}")
-    user = obj.get("user")
-    if user is None:
-        raise BadEvent("missing_user", "field 'user' is required")
-    if isinstance(user, bool) or not isinstance(user, (str, int)):
-        raise BadEvent("bad_user", f"'user' must be a string, got {type(user).__name__}")
-    user = str(user)
-    if not user or len(user) > MAX_USER_LEN:
-        raise BadEvent("bad_user", f"'user' must have 1..{MAX_USER_LEN} characters")
-    ts = obj.get("ts")
-    if ts is None:
-        raise BadEvent("missing_ts", "field 'ts' is required")
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-        raise BadEvent("bad_ts", f"'ts' must be a number (seconds since the epoch), got {type(ts).__name__}")
-    ts = float(ts)
-    if not math.isfinite(ts):
-        raise BadEvent("bad_ts", "'ts' must be finite")
-    if not (MIN_TS <= ts < MAX_TS):
-        raise BadEvent("absurd_ts", f"'ts'={ts} outside [1970, 2200)")
-    items = obj.get("items")
-    if items is not None:
-        if not isinstance(items, list):
-            raise BadEvent("bad_items", f"'items' must be a list of strings, got {type(items).__name__}")
-        if len(items) > MAX_ITEMS:
-            raise BadEvent("too_many_items", f"{len(items)} items > {MAX_ITEMS}")
-        for it in items:
-            if not isinstance(it, str):
-                raise BadEvent("bad_items", f"every item must be a string, got {type(it).__name__}")
-            if not it or len(it) > MAX_ITEM_LEN:
-                raise BadEvent("bad_items", f"every item must have 1..{MAX_ITEM_LEN} characters")
-    value = obj.get("value")
-    if value is None:
-        value = math.nan
-    else:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise BadEvent("bad_value", f"'value' must be a number, got {type(value).__name__}")
-        value = float(value)
-        if not math.isfinite(value):
-            raise BadEvent("bad_value", "'value' must be finite")
-    loc = obj.get("loc")
-    if loc is not None:
-        if (not isinstance(loc, list) or len(loc) != 2
-                or any(isinstance(c, bool) or not isinstance(c, (int, float)) for c in loc)):
-            raise BadEvent("bad_loc", "'loc' must be a list of two numbers")
-        loc = (float(loc[0]), float(loc[1]))
-        if not (math.isfinite(loc[0]) and math.isfinite(loc[1])):
-            raise BadEvent("bad_loc", "'loc' must be finite")
-    return user, ts, items, value, loc
+class _Event(msgspec.Struct, gc=False):
+    """The wire schema; msgspec validates types in C while decoding (unknown extra fields are ignored)."""
+
+    user: Optional[Union[str, int]] = None  # required: checked after decoding (vectorised, not an exception)
+    ts: Optional[float] = None  # required: likewise
+    items: Optional[list[str]] = None
+    value: Optional[float] = None
+    loc: Optional[tuple[float, float]] = None
 
 
-def parse_event(raw: bytes) -> tuple[str, float, list[str] | None, float, tuple[float, float] | None]:
-    """Parse and validate one payload; raises :class:`BadEvent`."""
+_DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError)
+_ONE = msgspec.json.Decoder(_Event)
+_MANY = msgspec.json.Decoder(list[_Event])
+_FIELD_REASON = {"user": "bad_user", "ts": "bad_ts", "items": "bad_items", "value": "bad_value", "loc": "bad_loc"}
+_MISSING_REASON = {"user": "missing_user", "ts": "missing_ts"}
+_PATH = re.compile(r"at `\$(?:\[\d+\])?\.?([a-z_]*)")
+_CHUNK = 4096
+_INDEX = re.compile(r"at `\$\[(\d+)\]")
+
+
+def _reason_of(exc: Exception, raw: bytes | None = None) -> BadEvent:
+    msg = str(exc)
+    if raw is not None and not isinstance(exc, msgspec.ValidationError):
+        try:
+            bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return BadEvent("not_utf8", "payload is not valid UTF-8")
+    if isinstance(exc, msgspec.ValidationError):
+        m = re.search(r"missing required field `(\w+)`", msg)
+        if m:
+            return BadEvent(_MISSING_REASON.get(m.group(1), "missing_field"), msg)
+        m = _PATH.search(msg)
+        field_name = m.group(1) if m else ""
+        if not field_name:
+            return BadEvent("not_an_object", msg)
+        if field_name in _MISSING_REASON and "got `null`" in msg:
+            return BadEvent(_MISSING_REASON[field_name], msg)
+        if field_name == "ts" and "out of range" in msg:
+            return BadEvent("absurd_ts", msg)
+        return BadEvent(_FIELD_REASON.get(field_name, "bad_field"), msg)
+    low = msg.lower()
+    if isinstance(exc, UnicodeDecodeError) or "utf-8" in low or "utf8" in low or "surrogate" in low:
+        return BadEvent("not_utf8", "payload is not valid UTF-8")
+    return BadEvent("malformed_json", msg[:160])
+
+
+def _check(e: _Event) -> BadEvent | None:
+    """Semantic checks msgspec's types cannot express (the batch path runs them vectorised)."""
+    u = e.user
+    if u is None:
+        return BadEvent("missing_user", "field 'user' is required")
+    if e.ts is None:
+        return BadEvent("missing_ts", "field 'ts' is required")
+    if isinstance(u, str) and (not u or len(u) > MAX_USER_LEN):
+        return BadEvent("bad_user", f"'user' must have 1..{MAX_USER_LEN} characters")
+    if not math.isfinite(e.ts):
+        return BadEvent("bad_ts", "'ts' must be finite")
+    if not (MIN_TS <= e.ts < MAX_TS):
+        return BadEvent("absurd_ts", f"'ts'={e.ts} outside [1970, 2200)")
+    if e.items is not None:
+        if len(e.items) > MAX_ITEMS:
+            return BadEvent("too_many_items", f"{len(e.items)} items > {MAX_ITEMS}")
+        if any(not it or len(it) > MAX_ITEM_LEN for it in e.items):
+            return BadEvent("bad_items", f"every item must have 1..{MAX_ITEM_LEN} characters")
+    if e.value is not None and not math.isfinite(e.value):
+        return BadEvent("bad_value", "'value' must be finite")
+    if e.loc is not None and not (math.isfinite(e.loc[0]) and math.isfinite(e.loc[1])):
+        return BadEvent("bad_loc", "'loc' must be finite")
+    return None
+
+
+def _decode_one(raw) -> _Event:
     if not isinstance(raw, (bytes, bytearray, memoryview)):
         raise BadEvent("not_bytes", "payload must be bytes")
     if len(raw) > MAX_PAYLOAD_BYTES:
         raise BadEvent("oversized", f"{len(raw)} bytes > {MAX_PAYLOAD_BYTES}")
     try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        msg = str(e)
-        if "utf-8" in msg.lower() or "surrogates" in msg.lower():
-            raise BadEvent("not_utf8", "payload is not valid UTF-8") from None
-        raise BadEvent("malformed_json", msg[:120]) from None
-    return _validate(obj)
+        e = _ONE.decode(raw)
+    except _DECODE_ERRORS as exc:
+        raise _reason_of(exc, raw) from None
+    bad = _check(e)
+    if bad is not None:
+        raise bad
+    return e
+
+
+def parse_event(raw: bytes) -> tuple[str, float, list[str] | None, float, tuple[float, float] | None]:
+    """Parse and validate one payload; raises :class:`BadEvent`."""
+    e = _decode_one(raw)
+    return (str(e.user), float(e.ts), e.items, math.nan if e.value is None else float(e.value),
+            None if e.loc is None else (float(e.loc[0]), float(e.loc[1])))
+
+
+def _decode_all(raws: list, out: list, dead: dict, lo: int, hi: int) -> None:
+    """Decode raws[lo:hi] into out[lo:hi]: one C-level decode of the joined batch; on a validation error at
+    index i, dead-letter that payload and decode the two sides again; on anything ambiguous (a syntax error
+    somewhere, a payload smuggling two values), fall back to one decode per payload."""
+    while lo < hi:
+        part = raws[lo:hi]
+        try:
+            objs = _MANY.decode(b"[" + b",".join(part) + b"]")
+        except msgspec.ValidationError as exc:
+            m = _INDEX.search(str(exc))
+            i = lo + int(m.group(1)) if m else -1
+            if lo <= i < hi:
+                try:
+                    _ONE.decode(raws[i])
+                    ok_alone = True
+                except _DECODE_ERRORS as e1:
+                    ok_alone = False
+                    dead[i] = _reason_of(e1, raws[i])
+                if not ok_alone:
+                    _decode_all(raws, out, dead, lo, i)
+                    lo = i + 1
+                    continue
+            break  # ambiguous: per-payload fallback below
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            break
+        if len(objs) != hi - lo:
+            break
+        out[lo:hi] = objs
+        return
+    for i in range(lo, hi):
+        try:
+            out[i] = _ONE.decode(raws[i])
+        except _DECODE_ERRORS as exc:
+            dead[i] = _reason_of(exc, raws[i])
+
+
+def _float_column(vals: tuple) -> np.ndarray:
+    if None not in vals:
+        return np.array(vals, dtype=np.float64)
+    return np.array([math.nan if v is None else v for v in vals], dtype=np.float64)
+
+
+def _columns(evs: list) -> dict:
+    """Transpose decoded events into columns with C-level passes, and flag semantically bad rows."""
+    m = len(evs)
+    if m == 0:
+        return {"users": [], "ts": np.zeros(0), "item_offsets": np.zeros(1, dtype=np.int64), "items": [],
+                "value": np.zeros(0), "loc": np.zeros((0, 2)), "bad": np.zeros(0, dtype=bool)}
+    users, ts_t, items_l, vals_t, locs_t = zip(*[(e.user, e.ts, e.items, e.value, e.loc) for e in evs])
+    ts = _float_column(ts_t)
+    value = _float_column(vals_t)
+    bad = ~np.isfinite(ts) | (ts < MIN_TS) | (ts >= MAX_TS)  # NaN (missing ts) included
+    if None in vals_t:
+        bad |= np.isinf(value)
+    else:
+        bad |= ~np.isfinite(value)
+    n_loc_none = locs_t.count(None)
+    if n_loc_none == m:
+        loc = np.full((m, 2), math.nan)
+    else:
+        loc = np.array(locs_t if n_loc_none == 0 else [(math.nan, math.nan) if x is None else x for x in locs_t],
+                       dtype=np.float64).reshape(m, 2)
+        finite = np.isfinite(loc).all(axis=1)
+        bad |= ~finite if n_loc_none == 0 else (~finite & np.fromiter((x is not None for x in locs_t), bool, m))
+    if None in items_l:
+        items_l = tuple(() if x is None else x for x in items_l)
+    n_items = np.fromiter(map(len, items_l), dtype=np.int64, count=m)
+    bad |= n_items > MAX_ITEMS
+    flat = list(itertools.chain.from_iterable(items_l))
+    if flat:
+        ilen = np.fromiter(map(len, flat), dtype=np.int64, count=len(flat))
+        bad_item = (ilen == 0) | (ilen > MAX_ITEM_LEN)
+        if bad_item.any():
+            owner = np.repeat(np.arange(m), n_items)
+            bad[np.unique(owner[bad_item])] = True
+    if None in users:
+        bad |= np.fromiter((u is None for u in users), dtype=bool, count=m)
+        users = tuple("?" if u is None else u for u in users)
+    if set(map(type, users)) != {str}:
+        users = tuple(u if type(u) is str else str(u) for u in users)
+    ulen = np.fromiter(map(len, users), dtype=np.int64, count=m)
+    bad |= (ulen == 0) | (ulen > MAX_USER_LEN)
+    return {"users": list(users), "ts": ts, "item_offsets": np.concatenate([[0], np.cumsum(n_items)]).astype(np.int64),
+            "items": flat, "value": value, "loc": loc, "bad": bad}
 
 
 def parse_batch(raws: list[bytes]) -> tuple[EventBatch, list[DeadLetter]]:
     """Parse many payloads into an :class:`EventBatch`; bad ones come back as dead letters (order kept)."""
-    objs = None
-    if raws and all(isinstance(r, (bytes, bytearray)) and len(r) <= MAX_PAYLOAD_BYTES for r in raws):
-        try:
-            objs = orjson.loads(b"[" + b",".join(raws) + b"]")
-            if len(objs) != len(raws):  # a payload like b'1,2' would smuggle two values in
-                objs = None
-        except orjson.JSONDecodeError:
-            objs = None
-    users: list[str] = []
-    ts: list[float] = []
-    offsets = [0]
-    items: list[str] = []
-    values: list[float] = []
-    locs: list[tuple[float, float]] = []
-    rows: list[int] = []
-    dead: list[DeadLetter] = []
-    nan2 = (math.nan, math.nan)
-    for i, raw in enumerate(raws):
-        try:
-            if objs is not None:
-                u, t, its, v, loc = _validate(objs[i])
-            else:
-                u, t, its, v, loc = parse_event(raw)
-        except BadEvent as e:
-            dead.append(DeadLetter(bytes(raw) if isinstance(raw, (bytes, bytearray)) else b"", e.reason, e.detail))
-            continue
-        users.append(u)
-        ts.append(t)
-        if its:
-            items.extend(its)
-        offsets.append(len(items))
-        values.append(v)
-        locs.append(loc if loc is not None else nan2)
-        rows.append(i)
-    batch = EventBatch(
-        users=users,
-        ts=np.asarray(ts, dtype=np.float64),
-        item_offsets=np.asarray(offsets, dtype=np.int64),
-        items=items,
-        value=np.asarray(values, dtype=np.float64),
-        loc=np.asarray(locs, dtype=np.float64).reshape(-1, 2),
-        source_rows=np.asarray(rows, dtype=np.int64),
-    )
-    return batch, dead
+    n = len(raws)
+    dead: dict[int, BadEvent] = {}
+    clean: list = list(raws)
+    for i, r in enumerate(raws):
+        if not isinstance(r, (bytes, bytearray)):
+            dead[i] = BadEvent("not_bytes", "payload must be bytes")
+            clean[i] = b"null"
+        elif len(r) > MAX_PAYLOAD_BYTES:
+            dead[i] = BadEvent("oversized", f"{len(r)} bytes > {MAX_PAYLOAD_BYTES}")
+            clean[i] = b"null"  # fails validation individually, already dead-lettered
+    out: list = [None] * n
+    pre = dict(dead)
+    for lo in range(0, n, _CHUNK):  # chunks bound the cost of splitting around a bad payload
+        _decode_all(clean, out, dead, lo, min(n, lo + _CHUNK))
+    dead.update(pre)
+    rows = [i for i in range(n) if i not in dead] if dead else list(range(n))
+    evs = [out[i] for i in rows] if dead else out
+    cols = _columns(evs)
+    bad = cols.pop("bad")
+    if bad.any():
+        for k in np.flatnonzero(bad).tolist():
+            dead[rows[k]] = _check(evs[k]) or BadEvent("bad_event", "failed validation")
+        keep = ~bad
+        kl = keep.tolist()
+        rows = list(itertools.compress(rows, kl))
+        n_items = np.diff(cols["item_offsets"])
+        cols["items"] = list(itertools.compress(cols["items"], np.repeat(keep, n_items).tolist()))
+        cols["item_offsets"] = np.concatenate([[0], np.cumsum(n_items[keep])]).astype(np.int64)
+        cols["users"] = list(itertools.compress(cols["users"], kl))
+        for k in ("ts", "value", "loc"):
+            cols[k] = cols[k][keep]
+    batch = EventBatch(source_rows=np.asarray(rows, dtype=np.int64), **cols)
+    dl = [DeadLetter(bytes(raws[i]) if isinstance(raws[i], (bytes, bytearray)) else b"", dead[i].reason,
+                     dead[i].detail) for i in sorted(dead)]
+    return batch, dl

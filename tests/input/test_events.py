@@ -36,7 +36,7 @@ MALFORMED = [
     (b'{"user": "u1", "ts": 1700000000, "value": "high"}', "bad_value"),
     (b'{"user": "u1", "ts": 1700000000, "value": NaN}', "malformed_json"),
     (b'{"user": "u1", "ts": 1700000000, "value": Infinity}', "malformed_json"),
-    (b'{"user": "u1", "ts": 1700000000, "value": 1e999}', "malformed_json"),  # orjson refuses out-of-range numbers
+    (b'{"user": "u1", "ts": 1700000000, "value": 1e999}', "bad_value"),  # out of float range
     (b'{"user": "u1", "ts": 1700000000, "loc": [1]}', "bad_loc"),
     (b'{"user": "u1", "ts": 1700000000, "loc": ["a", "b"]}', "bad_loc"),
     (b'{"user": "u1", "ts": 1700000000, "loc": {"lat": 1, "lon": 2}}', "bad_loc"),
@@ -95,3 +95,24 @@ def test_batch_fast_path_equals_slow_path():
 def test_smuggled_two_values_in_one_payload_is_rejected():
     batch, dead = parse_batch([b'{"user":"a","ts":1700000000},{"user":"b","ts":1700000000}', GOOD])
     assert len(batch) == 1 and len(dead) == 1 and dead[0].reason == "malformed_json"
+
+
+def test_large_batch_with_scattered_bad_events_matches_per_event_parsing():
+    payloads = []
+    bad_rows = {}
+    for i in range(10_000):
+        if i % 97 == 13:
+            bad, reason = MALFORMED[i % len(MALFORMED)]
+            payloads.append(bad)
+            bad_rows[i] = reason
+        else:
+            payloads.append(orjson.dumps({"user": f"u{i % 300}", "ts": 1.7e9 + i, "items": ["a", f"b{i % 7}"]}))
+    batch, dead = parse_batch(payloads)
+    assert len(batch) == 10_000 - len(bad_rows)
+    assert [d.reason for d in dead] == [bad_rows[i] for i in sorted(bad_rows)]
+    assert set(batch.source_rows.tolist()).isdisjoint(bad_rows)
+    for k in (0, 500, len(batch) - 1):
+        row = int(batch.source_rows[k])
+        u, ts, items, _, _ = parse_event(payloads[row])
+        assert batch.users[k] == u and batch.ts[k] == ts
+        assert batch.items[batch.item_offsets[k]:batch.item_offsets[k + 1]] == items
