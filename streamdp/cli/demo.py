@@ -17,10 +17,11 @@ import numpy as np
 
 DEFAULT_NYC_CONFIG = {
     "service": {"window_seconds": 86400.0, "horizon": 128, "origin": 1356998400.0},  # 2013-01-01, one day
-    "budget": {"zcdp_rho": 8.0, "zcdp_delta": 1e-4, "cgp_rho": 0.0},
+    "budget": {"zcdp_rho": 10.0, "zcdp_delta": 1e-4, "cgp_rho": 0.0},
     "query": [
         {"id": "dest_counts", "kind": "continual_counts", "sigma": 3.0, "delta_item": 1e-6,
          "max_items_per_window": 4, "max_per_item": 1},
+        {"id": "top_dest", "kind": "top_k", "epsilon": 1.0, "delta": 1e-6, "k": 3, "kbar": 10, "k_star": 60},
     ],
 }
 

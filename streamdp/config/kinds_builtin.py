@@ -29,3 +29,38 @@ register(QueryKind(
     ),
     build=_continual_counts,
 ))
+
+
+def _top_k(qid, *, horizon, **kw):
+    from streamdp.engine.queries.top_k import TopK
+
+    return TopK(qid, **kw)
+
+
+def _check_top_k(where, a):
+    from streamdp.config.kinds import ConfigError
+
+    if a["kbar"] < a["k"]:
+        raise ConfigError(f"{where}.kbar: must be ≥ k={a['k']}, got {a['kbar']}")
+    if a["k_star"] < a["k"]:
+        raise ConfigError(f"{where}.k_star: must be ≥ k={a['k']}, got {a['k_star']}")
+
+
+register(QueryKind(
+    kind="top_k",
+    source="001 Alg. 3/4, Thm 9/10 (unknown-domain Gumbel top-k, pay-what-you-get)",
+    notion="zcdp",
+    cost="per user present in window i: reserve k(i)*eps^2/8 and delta, settle |I(i)|*eps^2/8 and delta "
+         "(I(i) = returned items incl. bottom); stops after k_star items in total",
+    doc="ranked list of at most k items (no counts) per window, bottom when fewer qualify",
+    needs=("items",),
+    params=(
+        Param("epsilon", "float", "ε of each exponential-mechanism selection (β = 1/ε)", required=True, gt=0),
+        Param("delta", "float", "δ per window (threshold T = 1 + log(k̄/δ)/ε)", default=1e-6, gt=0, lt=1),
+        Param("k", "int", "items returned per window at most", default=5, min=1),
+        Param("kbar", "int", "k̄: candidates considered per window (top-(k̄+1) histogram)", default=20, min=1),
+        Param("k_star", "int", "k*: items returned over the whole run before the query stops", default=500, min=1),
+    ),
+    build=_top_k,
+    validate=_check_top_k,
+))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.bounding.contribution import ContributionBounder
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.binary_tree import UnknownDomainBinaryTree, binary_tree_cost, binary_tree_threshold

@@ -1,0 +1,70 @@
+"""Pay-what-you-get top-k per window (001 Alg. 3/4, Thm 9/10; DESIGN.md §3 "Top-k").
+
+Per window: the histogram of admitted users over items, at most 1 per (user, item) — an (∞, 1)-sensitive
+histogram; the unknown-domain Gumbel top-k (β = 1/ε, T = 1 + log(k̄/δ)/ε, T̃ = T + c_(k̄+1) + Gumbel(β)) returns a
+ranked list of ≤ k items and ⊥, never counts. The query stops for good after k* returned items (⊥ included).
+
+Cost (reserve and settle): every user with items in window i reserves (k(i)·ε²/8, δ) with k(i) = min(k, k* − used)
+and is settled to (|I(i)|·ε²/8, δ) once the list is known (001 Thm 10). Users absent from the window pay nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamdp.bounding.contribution import pair_keys
+from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
+from streamdp.mechanisms.pay_what_you_get import PayWhatYouGet
+from streamdp.mechanisms.unknown_domain_gumbel import BOTTOM, gumbel_topk_threshold
+
+
+class TopK(WindowQuery):
+    kind = "top_k"
+    notion = "zcdp"
+
+    def __init__(self, query_id: str, *, epsilon: float, delta: float, k: int, kbar: int, k_star: int) -> None:
+        super().__init__(query_id)
+        if kbar < k:
+            raise ValueError(f"kbar must be ≥ k, got kbar={kbar}, k={k}")
+        self.k, self.kbar = int(k), int(kbar)
+        self.pwyg = PayWhatYouGet(epsilon, delta, k_star)
+        self.threshold = gumbel_topk_threshold(epsilon, delta, self.kbar)
+
+    def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
+        users, items = w.item_pairs()
+        if users.size == 0 or self.pwyg.exhausted:
+            return Reservation.empty()
+        keys = np.unique(pair_keys(users, items))  # ≤ 1 per (user, item)
+        present = np.unique(keys >> np.int64(32))
+        cost = self.pwyg.reserve_cost(self.k).to_fixed()
+        return Reservation(present, np.tile(cost, (present.size, 1)), private=keys)
+
+    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
+                items: Names) -> QueryRelease:
+        if self.pwyg.exhausted:
+            return QueryRelease(values={"items": [], "bottom": False, "stopped": True,
+                                        "pwyg_used": self.pwyg.used, "k_star": self.pwyg.k_star},
+                                meta={"pwyg_used": self.pwyg.used, "items_returned": 0})
+        keys = res.private if res.private is not None else np.zeros(0, dtype=np.int64)
+        if keys.size:
+            keys = keys[admitted[keys >> np.int64(32)]]
+        ids, counts = np.unique(keys & np.int64(0xFFFFFFFF), return_counts=True)
+        ranked = self.pwyg.release(rng, ids, counts, self.k, self.kbar)
+        names = [None if x is BOTTOM else items.names([x])[0] for x in ranked]
+        n = len(ranked)
+        users = res.users[admitted[res.users]] if res.users.size else res.users
+        actual = np.tile(self.pwyg.call_cost(n).to_fixed(), (users.size, 1))
+        values = {"items": names, "bottom": bool(ranked and ranked[-1] is BOTTOM), "stopped": self.pwyg.exhausted,
+                  "pwyg_used": self.pwyg.used, "k_star": self.pwyg.k_star}
+        return QueryRelease(values=values, users=users, actual=actual,
+                            meta={"pwyg_used": self.pwyg.used, "items_returned": n})
+
+    def state(self) -> dict:
+        return {"pwyg": self.pwyg.state()}
+
+    def load_state(self, d: dict) -> None:
+        self.pwyg = PayWhatYouGet.from_state(self.pwyg.epsilon, self.pwyg.delta, d["pwyg"])
+
+    def describe(self) -> dict:
+        return {**super().describe(), "epsilon": self.pwyg.epsilon, "delta": self.pwyg.delta, "k": self.k,
+                "kbar": self.kbar, "k_star": self.pwyg.k_star, "threshold": self.threshold}

@@ -1,0 +1,87 @@
+import json
+import os
+
+import pytest
+
+from streamdp.cli.main import main
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "service.toml")
+
+
+def test_demo_on_real_data_writes_jsonl_summary_and_plot(tmp_path, capsys):
+    out = tmp_path / "demo"
+    rc = main(["demo", "--out", str(out), "--limit", "30000", "--quiet", "--unsafe-test-seed", "3"])
+    assert rc == 0
+    assert (out / "plot.png").stat().st_size > 10_000
+    lines = (out / "releases" / "dest_counts.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    assert recs and recs[0]["schema_version"] == 1 and recs[0]["query"] == "dest_counts"
+    assert all(isinstance(v, int) for r in recs for v in r["values"]["counts"].values())
+    assert (out / "releases" / "top_dest.jsonl").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["events"] == 30000 and summary["dead_letters"] > 0  # flights without a tail number
+    assert "missing_user" in summary["dead_letter_reasons"]
+    assert "streamdp demo:" in capsys.readouterr().out
+
+
+def test_demo_synthetic(tmp_path):
+    out = tmp_path / "synth"
+    rc = main(["demo", "--data", "synthetic", "--out", str(out), "--users", "500", "--items", "200",
+               "--windows", "4", "--rate", "2000", "--quiet", "--no-plot"])
+    assert rc == 0
+    assert len((out / "releases" / "item_counts.jsonl").read_text().splitlines()) == 4
+
+
+def test_demo_is_deterministic_in_test_mode(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        assert main(["demo", "--out", str(d), "--limit", "8000", "--quiet", "--no-plot",
+                     "--unsafe-test-seed", "9"]) == 0
+    assert (a / "releases" / "dest_counts.jsonl").read_bytes() == (b / "releases" / "dest_counts.jsonl").read_bytes()
+
+
+def test_queries_kinds_lists_every_kind_with_cost(capsys):
+    assert main(["queries", "kinds", "--json"]) == 0
+    kinds = {k["kind"]: k for k in json.loads(capsys.readouterr().out)}
+    assert {"continual_counts", "top_k"} <= set(kinds)
+    for k in kinds.values():
+        assert k["notion"] in ("zcdp", "cgp", "emd") and k["cost"] and k["params"]
+    assert main(["queries", "kinds"]) == 0
+    assert "continual_counts" in capsys.readouterr().out
+
+
+def test_config_check_ok(capsys):
+    assert main(["config", "check", EXAMPLE]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("body,field", [
+    ("[service]\nwindow_seconds = -1\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n", "service.window_seconds"),
+    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='continual_counts'\n", "query[0].sigma"),
+    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='continual_counts'\nsigma='x'\n", "query[0].sigma"),
+    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='nope'\n", "query[0].kind"),
+    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\nk=5\nkbar=2\n", "query[0].kbar"),
+    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\nbogus=2\n",
+     "query[0].bogus"),
+    ("[service]\nwindow_seconds = 60\n[budget]\nzcdp_rho = -2\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
+     "budget.zcdp_rho"),
+    ("[service]\nwindow_seconds = 60\nhorizon = 0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
+     "service.horizon"),
+    ("[service]\nwindow_seconds = 60\n", "query"),
+    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n"
+     "[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n", "query[1].id"),
+    ("[service\nwindow_seconds = 60\n", "not valid TOML"),
+    ("[kafka]\nsecurity_protocol='TLS'\n[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n",
+     "kafka.security_protocol"),
+])
+def test_config_check_names_the_offending_field(tmp_path, capsys, body, field):
+    p = tmp_path / "bad.toml"
+    p.write_text(body)
+    assert main(["config", "check", str(p)]) != 0
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_config_check_missing_file(capsys):
+    assert main(["config", "check", "/nonexistent/x.toml"]) != 0
+    assert "not found" in capsys.readouterr().err
