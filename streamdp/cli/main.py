@@ -50,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("streamdp: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `streamdp queries kinds | head`
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return int(rc or 0)
 
 

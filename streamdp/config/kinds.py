@@ -104,10 +104,15 @@ def kinds() -> dict[str, QueryKind]:
 
 
 def _load_builtin() -> None:
+    """Import every ``streamdp.config.kinds_*`` module: each registers the query kinds of one family."""
     import importlib
+    import pkgutil
 
-    for mod in ("streamdp.config.kinds_builtin",):
-        importlib.import_module(mod)
+    import streamdp.config as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if info.name.startswith("kinds_"):
+            importlib.import_module(f"streamdp.config.{info.name}")
 
 
 def build_query(where: str, table: dict, *, horizon: int):
