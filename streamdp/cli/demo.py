@@ -67,7 +67,7 @@ def run_demo(args) -> int:
     from streamdp.config.loader import load_config, parse_config
     from streamdp.engine.engine import ReleaseEngine
     from streamdp.engine.pipeline import EmbeddedPipeline
-    from streamdp.filter import open_store
+    from streamdp.filter import MemoryBudgetStore, open_store
     from streamdp.filter.store import StoreError
     from streamdp.accounting.cost import budget_vector
     from streamdp.input import sources
@@ -107,7 +107,10 @@ def run_demo(args) -> int:
     except (StoreError, ValueError, OSError) as e:
         raise CLIError(f"cannot open budget store: {e}") from None
 
-    engine = ReleaseEngine(cfg.engine_config(), cfg.build_queries(), store)
+    econf = cfg.engine_config()
+    if not isinstance(store, MemoryBudgetStore):
+        econf.store_retries = 8  # a remote store: retry window closes with backoff (about 50 s in all)
+    engine = ReleaseEngine(econf, cfg.build_queries(), store)
     os.makedirs(args.out, exist_ok=True)
     sink = JsonlSink(args.out)
     ws = cfg.service["window_seconds"]

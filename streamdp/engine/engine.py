@@ -30,7 +30,7 @@ import numpy as np
 from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, SCALES
 from streamdp.engine import state_codec
 from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
-from streamdp.filter.store import BudgetStore
+from streamdp.filter.store import BudgetStore, StoreError
 from streamdp.input.events import DeadLetter, EventBatch
 from streamdp.noise.generator import make_generator
 from streamdp.outputs.records import ReleaseRecord
@@ -55,6 +55,9 @@ class EngineConfig:
     max_future_seconds: float | None = 30 * 86400.0  # events further ahead of the watermark are dead-lettered
     unsafe_test_seed: int | None = None  # deterministic noise: TEST MODE ONLY (warns)
     scope: str = "engine"  # filter batch scope
+    store_retries: int = 0  # retries of a window close when the budget store is unavailable (0 = raise at once)
+    store_backoff_seconds: float = 0.2
+    store_backoff_max_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         if self.horizon < 1:
@@ -72,6 +75,7 @@ class EngineCounters:
     halted_users: int = 0  # users refused (and halted) at admission, summed over windows
     dropped_halted_events: int = 0
     last_close_seconds: float = 0.0
+    store_retries: int = 0
     by_reason: dict = field(default_factory=dict)
 
     def dead(self, reason: str, n: int = 1) -> None:
@@ -171,7 +175,31 @@ class ReleaseEngine:
         return self.windows.due(now)
 
     def close_due(self, now: float | None = None) -> list[WindowSummary]:
-        return [self.close_window(t) for t in self.due_windows(now)]
+        """Close every due window. With ``config.store_retries > 0``, a :class:`StoreError` (Redis unreachable)
+        restores the in-memory state taken before the first window — generator state included, so the retry
+        draws the very same noise — waits with exponential backoff and closes the same windows again: admissions
+        replay without charging twice, logged releases are found identical, nothing uncharged is returned."""
+        due = self.due_windows(now)
+        if not due:
+            return []
+        if self.config.store_retries <= 0:
+            return [self.close_window(t) for t in due]
+        snap = self.snapshot(include_rng=True)
+        delay = self.config.store_backoff_seconds
+        for attempt in range(self.config.store_retries + 1):
+            try:
+                return [self.close_window(t) for t in due]
+            except StoreError as e:
+                if attempt == self.config.store_retries:
+                    raise
+                log.warning("budget store unavailable (%s); retry %d in %.2f s", e, attempt + 1, delay)
+                self.counters.store_retries += 1
+                time.sleep(delay)
+                delay = min(delay * 2, self.config.store_backoff_max_seconds)
+                retries = self.counters.store_retries
+                self.restore(snap)
+                self.counters.store_retries = retries
+        raise AssertionError("unreachable")
 
     def flush(self) -> list[WindowSummary]:
         """End of a bounded input: close every window up to the last event."""
@@ -257,10 +285,11 @@ class ReleaseEngine:
                              records=records, seconds=dt)
 
     # ---- snapshot ------------------------------------------------------------------------------------------
-    def snapshot(self) -> bytes:
-        """The whole engine state as bytes (exact). The noise generator's state is included only in the unsafe
-        test mode; a secure engine restored from a snapshot re-keys from the OS (noise already drawn for tree
-        nodes is part of the query state and is kept either way)."""
+    def snapshot(self, include_rng: bool = False) -> bytes:
+        """The whole engine state as bytes (exact). The noise generator's state is included in the unsafe test
+        mode, or when ``include_rng`` (in-memory retries only: such a snapshot must never be persisted); a secure
+        engine restored from a persisted snapshot re-keys from the OS (noise already drawn for tree nodes is part
+        of the query state and is kept either way)."""
         st = {
             "version": SNAPSHOT_VERSION,
             "windows": self.windows.state(),
@@ -270,7 +299,8 @@ class ReleaseEngine:
             "buffers": {str(k): v for k, v in self._buffers.items()},
             "queries": {q.id: q.state() for q in self.queries},
             "counters": {k: v for k, v in self.counters.__dict__.items()},
-            "rng": self.rng.bit_generator.state if self.config.unsafe_test_seed is not None else None,
+            "rng": (self.rng.bit_generator.state
+                    if include_rng or self.config.unsafe_test_seed is not None else None),
         }
         return state_codec.encode(st)
 
@@ -288,7 +318,7 @@ class ReleaseEngine:
                 raise ValueError(f"snapshot has no state for query {q.id!r}")
             q.load_state(st["queries"][q.id])
         self.counters = EngineCounters(**st["counters"])
-        if st["rng"] is not None and self.config.unsafe_test_seed is not None:
+        if st["rng"] is not None:
             self.rng.bit_generator.state = st["rng"]
 
 

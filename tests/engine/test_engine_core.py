@@ -147,3 +147,61 @@ def test_ingest_groups_items_per_window():
     assert w1.item_offsets.tolist() == [0, 2, 2, 3]
     w2 = e._window_data(2)
     assert e.items.names(w2.item_ids) == ["z"]
+
+
+class FlakyStore(MemoryBudgetStore):
+    """Fails the first `fail` calls to put_release / admit (a Redis outage in the middle of a window close)."""
+
+    def __init__(self, *a, fail_admit=0, fail_put=0, **k):
+        super().__init__(*a, **k)
+        self.fail_admit, self.fail_put = fail_admit, fail_put
+
+    def admit(self, *a, **k):
+        if self.fail_admit > 0:
+            self.fail_admit -= 1
+            raise __import__("streamdp.filter.store", fromlist=["x"]).StoreError("down")
+        return super().admit(*a, **k)
+
+    def put_release(self, key, record):
+        if self.fail_put > 0:
+            self.fail_put -= 1
+            # the write reached the store but the reply was lost: the record IS logged
+            super().put_release(key, record)
+            raise __import__("streamdp.filter.store", fromlist=["x"]).StoreError("reply lost")
+        return super().put_release(key, record)
+
+
+@pytest.mark.parametrize("fail_admit,fail_put", [(2, 0), (0, 1), (1, 2)])
+def test_store_outage_mid_close_is_retried_with_identical_releases(fail_admit, fail_put):
+    events = [ev(f"u{i % 5}", i * 3.1) for i in range(40)]
+    e1, s1 = make(budget_rho=2.0)
+    r1 = run(e1, events).records
+    flaky = FlakyStore(budget_vector(Cost.zcdp(2.0)), fail_admit=fail_admit, fail_put=fail_put)
+    e2, _ = make(store=flaky, store_retries=5, store_backoff_seconds=0.001)
+    r2 = run(e2, events).records
+    assert [r.to_bytes() for r in r1] == [r.to_bytes() for r in r2]
+    assert e2.counters.store_retries == fail_admit + fail_put
+    for u in ("u0", "u1", "u4"):
+        np.testing.assert_array_equal(s1.get_user(u).spent, flaky.get_user(u).spent)  # nothing charged twice
+
+
+def test_secure_mode_retry_reuses_the_same_noise():
+    """Without a test seed, the in-memory retry snapshot carries the generator state: the logged record and the
+    retried one are identical (no ReleaseConflict, no fresh noise)."""
+    events = [ev(f"u{i % 5}", i * 3.1) for i in range(40)]
+    flaky = FlakyStore(budget_vector(Cost.zcdp(50.0)), fail_put=3)
+    conf = EngineConfig(window_seconds=10.0, horizon=4, origin=0.0, store_retries=5, store_backoff_seconds=0.001)
+    e = ReleaseEngine(conf, [PresenceCount("p", sigma=1e6)], flaky)
+    recs = run(e, events).records
+    assert len(recs) == 13 and e.counters.store_retries == 3
+
+
+def test_outage_longer_than_retries_raises_and_publishes_nothing():
+    from streamdp.filter.store import StoreError
+
+    flaky = FlakyStore(budget_vector(Cost.zcdp(2.0)), fail_admit=10)
+    e, _ = make(store=flaky, store_retries=2, store_backoff_seconds=0.001)
+    sink = ListSink()
+    with pytest.raises(StoreError):
+        EmbeddedPipeline(e, [sink]).run([[ev("a", 1), ev("a", 25)]])
+    assert sink.records == []
