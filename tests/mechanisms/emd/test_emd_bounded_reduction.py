@@ -1,0 +1,77 @@
+"""004 Alg. 3, Lemma 5.2, Thm 5.3: BoundedEMDReduction."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from streamdp.mechanisms.emd import BoundedEMDReduction, bernstein_b, clustered_metric, emd_items
+from streamdp.noise.generator import unsafe_seeded_generator
+
+P_MIN = 1e-6
+
+
+def test_known_answers():
+    assert bernstein_b(0.1, 200, 1e-6) == pytest.approx(0.2 + 7 / 6 * math.log(1e6) / 200)
+    r = BoundedEMDReduction(m0=100, delta_s=1e-5, inner_alpha=2.0, inner_delta=1e-7)
+    eps, delta = r.discrete_guarantee(0.05)
+    assert eps == pytest.approx(2.0 * (0.1 + 7 / 6 * math.log(1e5) / 100))
+    assert delta == pytest.approx(1e-7 + 1e-5)
+    c = r.cost(0.05)
+    assert c.emd_alpha == pytest.approx(eps / 0.05) and c.emd_delta == pytest.approx(delta)
+    assert set(k for k, v in c.as_dict().items() if v) == {"emd_alpha", "emd_delta"}
+    with pytest.raises(ValueError, match="tau"):
+        r.cost(0.0)
+    with pytest.raises(ValueError, match="delta_s"):
+        BoundedEMDReduction(10, 1.0, 1.0)
+    with pytest.raises(ValueError, match="non-empty"):
+        r.project(unsafe_seeded_generator(0), np.array([]))
+
+
+def test_bernstein_step_against_exact_binomial_tails():
+    """Lemma 5.2's tail step for the extreme [0, 1] law (Bernoulli(τ), variance τ(1−τ) ≤ τ):
+    Pr[mean of m0 draws > b(τ)] ≤ δ_s — exact binomial tails over a grid of τ, m0, δ_s."""
+    worst = 0.0
+    for m0 in (10, 50, 200, 1000, 5000):
+        for ds in (1e-2, 1e-4, 1e-8):
+            for tau in np.concatenate([np.geomspace(1e-4, 0.5, 25), [0.7, 0.9]]):
+                b = bernstein_b(tau, m0, ds)
+                tail = stats.binom.sf(math.floor(m0 * b + 1e-12), m0, tau)  # Pr[Σ > m0·b]
+                assert tail <= ds
+                worst = max(worst, tail / ds)
+    assert worst > 1e-3  # not vacuous everywhere
+
+
+@pytest.mark.statistical
+def test_coupled_resamples_distance_bound_monte_carlo():
+    """With resamples drawn through an optimal coupling of h(D), h(D') (the proof's coupling), d_EM of the two
+    resamples exceeds b(τ) with probability ≤ δ_s."""
+    rng = unsafe_seeded_generator(440)
+    d = clustered_metric(3, 3, 0.3)
+    D1 = np.array([0, 1, 2, 3, 4, 5, 6, 7])
+    D2 = np.array([0, 1, 2, 3, 4, 5, 8, 8])  # two items move (6→8 within a cluster, 7→8 within a cluster)
+    tau = emd_items(D1, D2, d)
+    assert tau == pytest.approx(2 * 0.3 / 8)
+    m0, ds = 40, 0.01
+    b = bernstein_b(tau, m0, ds)
+    exceed = 0
+    reps = 2000
+    for _ in range(reps):
+        j = rng.integers(0, 8, m0)  # the identity matching of D1, D2 is optimal here
+        if emd_items(D1[j], D2[j], d) > b:
+            exceed += 1
+    assert exceed / reps <= ds + 5 * math.sqrt(ds / reps)
+
+
+@pytest.mark.statistical
+def test_projection_is_uniform_with_replacement():
+    rng = unsafe_seeded_generator(441)
+    r = BoundedEMDReduction(m0=50_000, delta_s=1e-6, inner_alpha=1.0)
+    items = np.array([3, 3, 7, 9, 11])
+    s = r.project(rng, items)
+    assert s.shape == (50_000,)
+    counts = np.array([np.sum(s == v) for v in (3, 7, 9, 11)])
+    assert stats.chisquare(counts, np.array([2, 1, 1, 1]) / 5 * s.size).pvalue > P_MIN
