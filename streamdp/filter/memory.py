@@ -14,10 +14,61 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from streamdp.accounting.cost import N_COMPONENTS
+from streamdp.accounting.cost import INT64_MAX, N_COMPONENTS
 from streamdp.filter.store import BudgetStore, UserBudget, as_cost_matrix
 
 _NO_SEQ = np.iinfo(np.int64).min
+SEQ_LIMIT = 2**53  # batch sequence numbers are compared as Lua numbers by the Redis store
+
+
+def check_budget(budget, name: str = "budget") -> np.ndarray:
+    """A budget vector: ``N_COMPONENTS`` fixed-point integers in [0, INT64_MAX] (floats are refused: convert
+    with :func:`streamdp.accounting.cost.budget_vector`)."""
+    arr = np.asarray(budget)
+    if arr.shape != (N_COMPONENTS,):
+        raise ValueError(f"{name} must have shape ({N_COMPONENTS},), got {arr.shape}")
+    integral = arr.dtype.kind in "iu" or (
+        arr.dtype.kind == "O" and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in arr))
+    if not integral:
+        raise ValueError(f"{name} must be fixed-point integers, got dtype {arr.dtype} "
+                         "(see streamdp.accounting.cost.budget_vector)")
+    vals = [int(x) for x in arr]
+    if any(v < 0 or v > INT64_MAX for v in vals):
+        raise ValueError(f"{name} components must lie in [0, 2**63 - 1], got {vals}")
+    return np.array(vals, dtype=np.int64)
+
+
+def check_costs(costs, n: int) -> np.ndarray:
+    """:func:`as_cost_matrix`, refusing non-integer input (a float cost would be truncated, i.e. under-charged:
+    convert with :meth:`streamdp.accounting.cost.Cost.to_fixed`, which rounds up)."""
+    kind = np.asarray(costs).dtype.kind
+    if kind not in "iu" and not (kind == "O" and all(
+            isinstance(x, (int, np.integer)) for x in np.asarray(costs, dtype=object).ravel())):
+        raise ValueError(f"costs must be fixed-point integers, got dtype {np.asarray(costs).dtype} "
+                         "(see streamdp.accounting.cost.Cost.to_fixed)")
+    return as_cost_matrix(costs, n)
+
+
+def check_seq(seq) -> int:
+    """A batch sequence number: an integer with ``|seq| < 2**53``."""
+    if isinstance(seq, bool) or not isinstance(seq, (int, np.integer)):
+        raise ValueError(f"seq must be an integer, got {seq!r}")
+    s = int(seq)
+    if not -SEQ_LIMIT < s < SEQ_LIMIT:
+        raise ValueError(f"seq must satisfy |seq| < 2**53, got {s}")
+    return s
+
+
+def ledger_entry_json(entry: dict) -> str:
+    """The stored form of a ledger entry: JSON with a ``ts`` (seconds since the epoch) added if missing."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"ledger entry must be a dict, got {type(entry).__name__}")
+    e = dict(entry)
+    e.setdefault("ts", time.time())
+    try:
+        return json.dumps(e, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"ledger entry must be JSON-serialisable: {err}") from None
 
 
 class _ScopeState:
@@ -39,9 +90,8 @@ class _ScopeState:
 
 class MemoryBudgetStore(BudgetStore):
     def __init__(self, default_budget: np.ndarray | None = None, path: str | None = None) -> None:
-        self._default = np.zeros(N_COMPONENTS, dtype=np.int64) if default_budget is None else np.asarray(
-            default_budget, dtype=np.int64
-        ).copy()
+        self._default = (np.zeros(N_COMPONENTS, dtype=np.int64) if default_budget is None
+                         else check_budget(default_budget, "default_budget"))
         self._index: dict[str, int] = {}
         self._names: list[str] = []
         cap = 1024
@@ -95,14 +145,14 @@ class MemoryBudgetStore(BudgetStore):
         return self._default.copy()
 
     def set_default_budget(self, budget, *, actor: str = "operator", reason: str = "") -> None:
-        budget = np.asarray(budget, dtype=np.int64)
+        budget = check_budget(budget)
         old = self._default.copy()
         self._default = budget.copy()
         self.append_ledger({"type": "admin", "action": "set-default", "actor": actor, "reason": reason,
                             "old": old.tolist(), "new": budget.tolist()})
 
     def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "") -> None:
-        budget = np.asarray(budget, dtype=np.int64)
+        budget = check_budget(budget)
         (j,) = self._ids([user])
         old = self._budgets_of(np.array([j]))[0].copy()
         self._budget[j] = budget
@@ -114,14 +164,14 @@ class MemoryBudgetStore(BudgetStore):
     def admit(self, scope: str, seq: int, users: Sequence[str], costs) -> np.ndarray:
         users = list(users)
         n = len(users)
-        costs = as_cost_matrix(costs, n)
+        costs = check_costs(costs, n)
+        seq = check_seq(seq)
         if n == 0:
             return np.zeros(0, dtype=bool)
         if len(set(users)) != n:
             raise ValueError("a batch must not name a user twice")
         ids = self._ids(users)
         sc = self._scope(scope)
-        seq = int(seq)
         last = sc.last_seq[ids]
         replay_same = last == seq
         stale = last > seq
@@ -135,8 +185,9 @@ class MemoryBudgetStore(BudgetStore):
         halted = self._halted[fid]
         # spent + cost <= budget in every component (000 eq. (7)); computed without overflow
         fits = np.all(fc <= self._budgets_of(fid) - self._spent[fid], axis=1)
-        ok = ~halted & fits
-        newly_halted = ~halted & ~fits
+        # an all-zero cost is admitted free even if a lowered budget is now below spent (000 Alg. 1 line 7)
+        ok = ~halted & (fits | ~fc.any(axis=1))
+        newly_halted = ~halted & ~ok
         self._spent[fid[ok]] += fc[ok]
         self._halted[fid[newly_halted]] = True
         sc.last_seq[fid] = seq
@@ -149,21 +200,26 @@ class MemoryBudgetStore(BudgetStore):
     def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
         users = list(users)
         n = len(users)
-        actual = as_cost_matrix(actual, n)
+        actual = check_costs(actual, n)
+        seq = check_seq(seq)
         if n == 0:
             return
+        if len(set(users)) != n:
+            raise ValueError("a settle batch must not name a user twice")
         known = [(i, self._index[u]) for i, u in enumerate(users) if u in self._index]
         if not known:
             return
         pos = np.array([k[0] for k in known])
         ids = np.array([k[1] for k in known])
         sc = self._scope(scope)
-        live = (sc.last_seq[ids] == int(seq)) & sc.open[ids]
+        live = (sc.last_seq[ids] == seq) & sc.open[ids]
         pos, ids = pos[live], ids[live]
         act = actual[pos]
         res = sc.reserved[ids]
-        if (act > res).any():
-            raise ValueError("settle: actual cost exceeds the reservation")
+        over = (act > res).any(axis=1)
+        if over.any():
+            bad = users[int(pos[np.argmax(over)])]
+            raise ValueError(f"settle: actual cost exceeds the reservation of user {bad!r}")
         self._spent[ids] -= res - act
         sc.reserved[ids] = act
         sc.open[ids] = False  # a second settle of this batch is a no-op
@@ -176,9 +232,7 @@ class MemoryBudgetStore(BudgetStore):
         return self._releases.get(key)
 
     def append_ledger(self, entry: dict) -> None:
-        e = dict(entry)
-        e.setdefault("ts", time.time())
-        self._ledger.append(e)
+        self._ledger.append(json.loads(ledger_entry_json(entry)))  # stored as its JSON round trip, like Redis
 
     def ledger(self, *, query: str | None = None, since: float | None = None) -> list[dict]:
         out = self._ledger
@@ -186,7 +240,7 @@ class MemoryBudgetStore(BudgetStore):
             out = [e for e in out if e.get("query") == query]
         if since is not None:
             out = [e for e in out if e.get("ts", 0) >= since]
-        return [dict(e) for e in out]
+        return json.loads(json.dumps(out))  # deep copies
 
     # ---- inspection ----------------------------------------------------------------------------------------
     def _user_at(self, j: int) -> UserBudget:

@@ -1,0 +1,483 @@
+"""``streamdp budget``: inspect and manage the per-user privacy filters (000 Alg. 1–2; DESIGN.md §3).
+
+    streamdp budget show USER
+    streamdp budget list [--exhausted] [--top N] [--notion zcdp|cgp|emd]
+    streamdp budget stats [--notion zcdp|cgp|emd]
+    streamdp budget ledger [--query Q] [--since T]
+    streamdp budget grant USER --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--reason TEXT] [--actor NAME]
+    streamdp budget set-default --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--reason TEXT] [--actor NAME]
+    streamdp budget export [--format csv|jsonl]
+
+Every command takes ``--store URL`` (``redis://``, ``rediss://``, ``unix://`` or the path of an embedded store
+file; default: the environment variable ``STREAMDP_STORE``) and ``--json``.
+
+A user as JSON (one entry per notion in use, i.e. with a non-zero budget or spend; ``spent``/``budget`` are ρ for
+``zcdp`` and ``cgp`` and α for ``emd``; an unlimited budget — the fixed-point INT64_MAX sentinel — is ``null``)::
+
+    {"user": "u17", "halted": false,
+     "zcdp": {"spent": 0.25, "budget": 1.0, "delta_spent": 1e-08, "delta_budget": 1e-06}}
+
+The *used fraction* of a notion is the largest spent/budget over its components with a non-zero budget; the
+*remaining fraction* is one minus it. ``grant`` and ``set-default`` replace the budget of ONE notion (``--rho``
+is ρ, or α for ``emd``; ``--delta`` keeps the current δ budget when omitted; ``inf`` means unlimited); they are
+administrative, refuse to run without ``--yes`` and write an audit entry to the ledger. Errors (unreachable
+store, unknown user, bad URL) print one line on stderr and exit non-zero: 1 for a failed operation, 2 for a
+usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import getpass
+import json
+import math
+import os
+import re
+import sys
+from fractions import Fraction
+from typing import Iterable
+
+import numpy as np
+
+from streamdp.accounting.cost import INT64_MAX, NOTIONS, SCALES, budget_to_fixed, from_fixed
+from streamdp.cli.main import CLIError
+from streamdp.filter.store import BudgetStore, StoreError, UserBudget
+
+__all__ = ["register", "user_json", "used_fraction"]
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_BINS = 10
+
+
+# --------------------------------------------------------------------------------------------- formatting
+def _amount(v: int, scale: int) -> float | None:
+    """A fixed-point amount as a real number; the INT64_MAX sentinel (unlimited) as None."""
+    return None if int(v) == INT64_MAX else from_fixed(int(v), scale)
+
+
+def _in_use(spent: np.ndarray, budget: np.ndarray, k: int) -> bool:
+    return bool(spent[2 * k] or spent[2 * k + 1] or budget[2 * k] or budget[2 * k + 1])
+
+
+def _notion_json(spent: np.ndarray | None, budget: np.ndarray, k: int) -> dict:
+    i, j = 2 * k, 2 * k + 1
+    d = {}
+    if spent is not None:
+        d["spent"] = from_fixed(int(spent[i]), SCALES[i])
+    d["budget"] = _amount(budget[i], SCALES[i])
+    if spent is not None:
+        d["delta_spent"] = from_fixed(int(spent[j]), SCALES[j])
+    d["delta_budget"] = _amount(budget[j], SCALES[j])
+    return d
+
+
+def user_json(rec: UserBudget) -> dict:
+    """The JSON object of a user (see the module doc)."""
+    out: dict = {"user": rec.user, "halted": bool(rec.halted)}
+    for k, notion in enumerate(NOTIONS):
+        if _in_use(rec.spent, rec.budget, k):
+            out[notion] = _notion_json(rec.spent, rec.budget, k)
+    return out
+
+
+def _default_json(budget: np.ndarray) -> dict:
+    return {notion: _notion_json(None, budget, k) for k, notion in enumerate(NOTIONS)
+            if budget[2 * k] or budget[2 * k + 1]}
+
+
+def _used(rec: UserBudget, notion: str | None) -> Fraction | None:
+    ks = range(len(NOTIONS)) if notion is None else [NOTIONS.index(notion)]
+    best = None
+    for k in ks:
+        for i in (2 * k, 2 * k + 1):
+            s, b = int(rec.spent[i]), int(rec.budget[i])
+            if b == 0:
+                f = Fraction(1) if s > 0 else None
+            elif b == INT64_MAX:
+                f = Fraction(0)
+            else:
+                f = min(Fraction(1), Fraction(s, b))
+            if f is not None and (best is None or f > best):
+                best = f
+    return best
+
+
+def used_fraction(rec: UserBudget, notion: str | None = None) -> float | None:
+    """Largest spent/budget over the components (of ``notion``, or of every notion) with a non-zero budget;
+    1 when something was spent against a zero budget; None when no component is in use."""
+    f = _used(rec, notion)
+    return None if f is None else float(f)
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "inf"
+    return f"{x:.6g}"
+
+
+def _table(headers: list[str], rows: Iterable[list[str]]) -> str:
+    rows = [list(map(str, r)) for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=None if isinstance(obj, list) else 2, allow_nan=False))
+
+
+# ------------------------------------------------------------------------------------------------ the store
+def _open_store(args, *, write: bool = False) -> BudgetStore:
+    url = args.store or os.environ.get("STREAMDP_STORE")
+    if not url:
+        raise CLIError("no budget store: pass --store URL (redis://…, rediss://…, unix://… or a file path) "
+                       "or set STREAMDP_STORE")
+    if url.startswith(_REDIS_SCHEMES):
+        from streamdp.filter.redis_store import RedisBudgetStore
+
+        try:
+            st = RedisBudgetStore.from_url(url)
+            st.ping()
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+        except StoreError as e:
+            raise CLIError(str(e), code=1) from None
+        return st
+    if "://" in url:
+        raise CLIError(f"unsupported store URL {url!r}: use redis://, rediss://, unix:// or a file path")
+    from streamdp.filter.memory import MemoryBudgetStore
+
+    if not os.path.exists(url):
+        if write:
+            return MemoryBudgetStore(path=url)
+        raise CLIError(f"budget store file {url!r} does not exist", code=1)
+    try:
+        return MemoryBudgetStore.load(url)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CLIError(f"cannot read budget store file {url!r}: {e}", code=1) from None
+
+
+def _run(fn):
+    """Open the store, run the command, map store failures to one-line errors, close."""
+
+    def wrapped(args) -> int:
+        st = _open_store(args, write=getattr(args, "writes", False))
+        try:
+            return fn(args, st) or 0
+        except StoreError as e:
+            raise CLIError(str(e), code=1) from None
+        finally:
+            if st.__class__.__name__ == "RedisBudgetStore":
+                st.close()
+
+    return wrapped
+
+
+# ------------------------------------------------------------------------------------------------- commands
+@_run
+def _show(args, st: BudgetStore) -> int:
+    rec = st.get_user(args.user)
+    if rec is None:
+        raise CLIError(f"unknown user {args.user!r} (the store has never seen it)", code=1)
+    if args.json:
+        _print_json(user_json(rec))
+        return 0
+    print(f"user {rec.user}: {'HALTED' if rec.halted else 'active'}")
+    rows = []
+    for k, notion in enumerate(NOTIONS):
+        if not _in_use(rec.spent, rec.budget, k):
+            continue
+        n = _notion_json(rec.spent, rec.budget, k)
+        rem = None if n["budget"] is None else n["budget"] - n["spent"]
+        drem = None if n["delta_budget"] is None else n["delta_budget"] - n["delta_spent"]
+        rows.append([notion, _num(n["spent"]), _num(n["budget"]), _num(rem), _num(n["delta_spent"]),
+                     _num(n["delta_budget"]), _num(drem)])
+    if rows:
+        print(_table(["notion", "spent", "budget", "remaining", "δ spent", "δ budget", "δ remaining"], rows))
+    else:
+        print("(no budget and no spend in any notion)")
+    return 0
+
+
+def _is_exhausted(rec: UserBudget, notion: str | None) -> bool:
+    f = _used(rec, notion)
+    return rec.halted or (f is not None and f >= 1)
+
+
+@_run
+def _list(args, st: BudgetStore) -> int:
+    recs = [r for r in st.iter_users()
+            if args.notion is None or _in_use(r.spent, r.budget, NOTIONS.index(args.notion))]
+    if args.exhausted:
+        recs = [r for r in recs if _is_exhausted(r, args.notion)]
+    recs.sort(key=lambda r: (-(_used(r, args.notion) or 0), r.user))
+    if args.top is not None:
+        recs = recs[: args.top]
+    if args.json:
+        _print_json([user_json(r) for r in recs])
+        return 0
+    notions = [args.notion] if args.notion else [
+        n for k, n in enumerate(NOTIONS) if any(_in_use(r.spent, r.budget, k) for r in recs)]
+    rows = []
+    for r in recs:
+        f = used_fraction(r, args.notion)
+        row = [r.user, "HALTED" if r.halted else "active", "-" if f is None else f"{100 * f:.1f}%"]
+        for n in notions:
+            k = NOTIONS.index(n)
+            if _in_use(r.spent, r.budget, k):
+                d = _notion_json(r.spent, r.budget, k)
+                row.append(f"{_num(d['spent'])}/{_num(d['budget'])}")
+            else:
+                row.append("-")
+        rows.append(row)
+    heads = ["user", "status", "used"] + [f"{n} {'α' if n == 'emd' else 'ρ'} spent/budget" for n in notions]
+    print(_table(heads, rows))
+    print(f"({len(recs)} user{'s' if len(recs) != 1 else ''})")
+    return 0
+
+
+@_run
+def _stats(args, st: BudgetStore) -> int:
+    n = halted = not_in_use = 0
+    counts = [0] * _BINS
+    for r in st.iter_users():
+        n += 1
+        if r.halted:
+            halted += 1
+            continue
+        f = _used(r, args.notion)
+        if f is None:
+            not_in_use += 1
+            continue
+        counts[min(_BINS - 1, math.floor((1 - f) * _BINS))] += 1  # exact: bins are [i/10, (i+1)/10)
+    hist = [{"from": i / _BINS, "to": (i + 1) / _BINS, "count": c} for i, c in enumerate(counts)]
+    if args.json:
+        _print_json({"users": n, "active": n - halted, "halted": halted, "notion": args.notion,
+                     "not_in_use": not_in_use, "remaining_fraction_histogram": hist})
+        return 0
+    print(_table(["users", "active", "halted"], [[n, n - halted, halted]]))
+    what = f"notion {args.notion}" if args.notion else "most-used notion"
+    print(f"\nremaining budget fraction of active users ({what}):")
+    top = max(counts) if any(counts) else 1
+    rows = [[f"[{h['from']:.1f}, {h['to']:.1f}{']' if i == _BINS - 1 else ')'}", h["count"],
+             "#" * math.ceil(40 * h["count"] / top) if h["count"] else ""] for i, h in enumerate(hist)]
+    print(_table(["remaining", "users", ""], rows))
+    if not_in_use:
+        print(f"({not_in_use} active user{'s' if not_in_use != 1 else ''} with no budget or spend in this notion)")
+    return 0
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def _parse_since(text: str) -> float:
+    """Seconds since the epoch, an ISO-8601 time (UTC unless it names a zone), or a duration ago (30m, 2h, 7d)."""
+    m = _DURATION.match(text)
+    if m:
+        mult = {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        return dt.datetime.now(dt.timezone.utc).timestamp() - float(m.group(1)) * mult
+    try:
+        v = float(text)
+        if math.isfinite(v):
+            return v
+    except ValueError:
+        pass
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds since the epoch, an ISO-8601 time or a duration like 2h, got {text!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return t.timestamp()
+
+
+def _iso(ts) -> str:
+    try:
+        return dt.datetime.fromtimestamp(float(ts), dt.timezone.utc).isoformat(timespec="seconds")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(ts)
+
+
+@_run
+def _ledger(args, st: BudgetStore) -> int:
+    entries = st.ledger(query=args.query, since=args.since)
+    if args.json:
+        _print_json(entries)
+        return 0
+    rows = []
+    for e in entries:
+        rest = {k: v for k, v in e.items() if k not in ("ts", "type", "query", "action")}
+        rows.append([_iso(e.get("ts")), e.get("type", ""), e.get("query") or e.get("action") or "",
+                     json.dumps(rest, separators=(",", ":"), ensure_ascii=False)])
+    print(_table(["time (UTC)", "type", "query/action", "details"], rows))
+    print(f"({len(entries)} entr{'ies' if len(entries) != 1 else 'y'})")
+    return 0
+
+
+def _new_budget(current: np.ndarray, args) -> np.ndarray:
+    k = NOTIONS.index(args.notion)
+    b = np.array(current, dtype=np.int64).copy()
+    try:
+        b[2 * k] = budget_to_fixed(args.rho, SCALES[2 * k])
+        if args.delta is not None:
+            b[2 * k + 1] = budget_to_fixed(args.delta, SCALES[2 * k + 1])
+    except ValueError as e:
+        raise CLIError(f"invalid budget: {e}") from None
+    return b
+
+
+def _require_yes(args, what: str) -> None:
+    if not args.yes:
+        raise CLIError(f"{what} changes privacy budgets; re-run with --yes to confirm")
+
+
+def _actor(args) -> str:
+    if args.actor:
+        return args.actor
+    try:
+        return getpass.getuser()
+    except Exception:  # pragma: no cover - no login name
+        return "operator"
+
+
+def _save(st: BudgetStore) -> None:
+    save = getattr(st, "save", None)
+    if save is not None:
+        try:
+            save()
+        except OSError as e:
+            raise CLIError(f"cannot write budget store file: {e}", code=1) from None
+
+
+@_run
+def _grant(args, st: BudgetStore) -> int:
+    _require_yes(args, "grant")
+    rec = st.get_user(args.user)
+    current = st.default_budget() if rec is None else rec.budget
+    st.grant(args.user, _new_budget(current, args), actor=_actor(args), reason=args.reason)
+    _save(st)
+    rec = st.get_user(args.user)
+    if args.json:
+        _print_json(user_json(rec))
+    else:
+        d = _notion_json(rec.spent, rec.budget, NOTIONS.index(args.notion))
+        print(f"granted {args.user}: {args.notion} budget {_num(d['budget'])}, δ budget {_num(d['delta_budget'])}"
+              f"{' (user is HALTED: a grant does not resume it)' if rec.halted else ''}")
+    return 0
+
+
+@_run
+def _set_default(args, st: BudgetStore) -> int:
+    _require_yes(args, "set-default")
+    b = _new_budget(st.default_budget(), args)
+    st.set_default_budget(b, actor=_actor(args), reason=args.reason)
+    _save(st)
+    if args.json:
+        _print_json(_default_json(st.default_budget()))
+    else:
+        d = _notion_json(None, b, NOTIONS.index(args.notion))
+        print(f"default {args.notion} budget {_num(d['budget'])}, δ budget {_num(d['delta_budget'])} "
+              "(users with a per-user grant keep theirs)")
+    return 0
+
+
+@_run
+def _export(args, st: BudgetStore) -> int:
+    fmt = "jsonl" if args.json else args.format
+    recs = sorted(st.iter_users(), key=lambda r: r.user)
+    out = sys.stdout
+    if fmt == "jsonl":
+        for r in recs:
+            out.write(json.dumps(user_json(r), allow_nan=False) + "\n")
+        return 0
+    w = csv.writer(out, lineterminator="\n")
+    cols = ["user", "halted"]
+    for n in NOTIONS:
+        cols += [f"{n}_spent", f"{n}_budget", f"{n}_delta_spent", f"{n}_delta_budget"]
+    w.writerow(cols)
+    for r in recs:
+        row = [r.user, "true" if r.halted else "false"]
+        for k in range(len(NOTIONS)):
+            d = _notion_json(r.spent, r.budget, k)
+            row += [repr(d["spent"]), "inf" if d["budget"] is None else repr(d["budget"]), repr(d["delta_spent"]),
+                    "inf" if d["delta_budget"] is None else repr(d["delta_budget"])]
+        w.writerow(row)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------- argparse
+def _nonneg_real(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0 (or inf), got {text!r}") from None
+    if math.isnan(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0 (or inf), got {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _one_line_errors(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    def error(message: str):  # noqa: ANN202 — argparse's signature
+        p.exit(2, f"{p.prog}: error: {message}\n")
+
+    p.error = error  # type: ignore[method-assign]
+    return p
+
+
+def register(subparsers) -> None:
+    p = _one_line_errors(subparsers.add_parser(
+        "budget", help="inspect and manage per-user privacy budgets",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    sub = p.add_subparsers(dest="budget_command", metavar="ACTION")
+    sub.required = True
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", metavar="URL", help="redis://…, rediss://…, unix://… or an embedded store file "
+                                                       "(default: $STREAMDP_STORE)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    notion = argparse.ArgumentParser(add_help=False)
+    notion.add_argument("--notion", choices=NOTIONS, default=None, help="restrict to one accounting notion")
+
+    def add(name, func, help_, parents=(), writes=False):
+        q = _one_line_errors(sub.add_parser(name, parents=[common, *parents], help=help_, description=help_))
+        q.set_defaults(func=func, writes=writes)
+        return q
+
+    q = add("show", _show, "one user's spend, budget and status")
+    q.add_argument("user")
+    q = add("list", _list, "users by used budget fraction (highest first)", [notion])
+    q.add_argument("--exhausted", action="store_true", help="only halted users and users with nothing left")
+    q.add_argument("--top", type=_positive_int, metavar="N", help="only the N most-used users")
+    add("stats", _stats, "active/halted counts and a histogram of the remaining budget fraction", [notion])
+    q = add("ledger", _ledger, "release and audit entries")
+    q.add_argument("--query", metavar="Q", help="only entries of this query")
+    q.add_argument("--since", metavar="T", type=_parse_since,
+                   help="only entries at or after T (epoch seconds, ISO-8601, or a duration ago such as 2h)")
+    for name, func, help_ in (("grant", _grant, "set one user's budget in one notion (administrative)"),
+                              ("set-default", _set_default, "set the default budget in one notion (administrative)")):
+        q = add(name, func, help_, writes=True)
+        if name == "grant":
+            q.add_argument("user")
+        q.add_argument("--rho", type=_nonneg_real, required=True, metavar="R",
+                       help="ρ budget (α for emd); inf for unlimited")
+        q.add_argument("--delta", type=_nonneg_real, metavar="D", help="δ budget (default: unchanged)")
+        q.add_argument("--notion", choices=NOTIONS, default="zcdp", help="accounting notion (default zcdp)")
+        q.add_argument("--yes", action="store_true", help="confirm the change")
+        q.add_argument("--reason", default="", help="recorded in the audit entry")
+        q.add_argument("--actor", default=None, help="recorded in the audit entry (default: login name)")
+    q = add("export", _export, "every user, as CSV (default) or JSON lines")
+    q.add_argument("--format", choices=("csv", "jsonl"), default="csv")
