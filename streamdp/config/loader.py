@@ -66,6 +66,11 @@ KAFKA_PARAMS = (
     Param("ssl_cafile", "str", "CA bundle for SSL", default=None),
     Param("batch_max_records", "int", "max records per consumer fetch", default=5000, min=1),
     Param("metrics_port", "int", "Prometheus metrics port (0 = off)", default=0, min=0, max=65535),
+    Param("checkpoint_seconds", "float", "checkpoint at least this often (seconds) even without window closes",
+          default=5.0, gt=0),
+    Param("checkpoint_batches", "int", "checkpoint at least every N consumed batches", default=100, min=1),
+    Param("session_timeout_ms", "int", "consumer-group session timeout", default=10000, min=1000),
+    Param("standalone", "bool", "one worker without a consumer group", default=False),
 )
 
 

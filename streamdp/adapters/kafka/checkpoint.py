@@ -1,0 +1,280 @@
+"""Crash-safe worker checkpoints in Redis (DESIGN.md §3 "Atomicity", §6 "A killed worker resumes …").
+
+One checkpoint = ONE Lua script call (Redis runs it atomically) that writes, together:
+
+* the worker state: engine snapshot + held events of open windows + noise-generator state + consumed offsets;
+* the release-log entries of the windows closed since the last checkpoint (idempotency keys query/epoch/window)
+  and their ledger entries — the engine writes these through :class:`DeferredReleaseLog`, which keeps them in
+  memory until this script runs, so the release log never holds a record whose state was not checkpointed;
+* the records not yet acknowledged as published (``pending``).
+
+Protocol of one consumed batch: parse → stage → engine (admit: atomic, idempotent per (scope, window seq);
+settle: idempotent) → **checkpoint** → publish the pending records (keyed by query/epoch/window) → **ack** (clears
+``pending``) → commit the Kafka offsets (for lag monitoring only; the checkpoint is the source of truth).
+
+On start (and after any Redis or Kafka failure) the worker **claims** the checkpoint (fencing token), restores it,
+re-publishes ``pending`` (same keys and bytes: subscribers and compacted topics see each release once) and seeks
+every partition to the stored offsets. Kill points:
+
+* before the checkpoint (e.g. right after admit): nothing was published or logged; the restored state is the
+  previous checkpoint and the same events are replayed. Admission answers the first outcome and charges nothing,
+  settling again is a no-op, and the replay draws the same randomness (the generator state is part of the
+  checkpoint), so it recomputes exactly what the lost run computed — no double charge, no fresh noise published;
+* after the checkpoint, before or during publishing: the restart re-publishes the pending records (duplicates of
+  the same key carry identical bytes);
+* after publishing, before the ack: same, the records are published again with identical bytes.
+
+Noise-generator state: a secure engine re-keys on restore, but a replay after a crash must draw the randomness
+the lost run drew (the contribution-bounding subset decides what admission charged). The worker therefore keys a
+fresh CSPRNG at every checkpoint and stores that key in the checkpoint: the key only ever covers the draws until
+the next checkpoint, and it is as sensitive as the tree-node noise that the engine snapshot holds anyway (Redis is
+inside the trust boundary of the service).
+
+Fencing: :meth:`RedisCheckpoint.claim` sets a new owner token; a checkpoint or ack by anyone else fails with
+:class:`Fenced`, so a worker that lost its partitions without noticing cannot overwrite its successor's state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from streamdp.engine import state_codec
+from streamdp.filter.memory import ledger_entry_json
+from streamdp.filter.store import BudgetStore, StoreError, UserBudget
+
+CHECKPOINT_FORMAT = 1
+
+# KEYS: 1 checkpoint hash, 2 ledger stream, 3.. release-log keys
+# ARGV: 1 owner, 2 state, 3 offsets json, 4 pending, 5 info json, 6 n ledger entries, then ledger entries, then
+#       one release record per release-log key
+CHECKPOINT_LUA = """
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner ~= ARGV[1] then
+  return redis.error_reply('FENCED checkpoint is owned by ' .. tostring(owner))
+end
+local nl = tonumber(ARGV[6])
+local base = 6 + nl
+for i = 3, #KEYS do
+  local old = redis.call('GET', KEYS[i])
+  if old and old ~= ARGV[base + i - 2] then
+    return redis.error_reply('CONFLICT release log holds a different record for ' .. KEYS[i])
+  end
+end
+for i = 3, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[base + i - 2])
+end
+for i = 1, nl do
+  redis.call('XADD', KEYS[2], '*', 'e', ARGV[6 + i])
+end
+local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'offsets', ARGV[3], 'pending', ARGV[4], 'info', ARGV[5])
+return v
+"""
+
+# KEYS: 1 checkpoint hash ; ARGV: 1 owner, 2 version
+ACK_LUA = """
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner ~= ARGV[1] then
+  return redis.error_reply('FENCED checkpoint is owned by ' .. tostring(owner))
+end
+if redis.call('HGET', KEYS[1], 'version') == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'pending', '')
+  return 1
+end
+return 0
+"""
+
+# KEYS: 1 checkpoint hash ; ARGV: 1 new owner
+CLAIM_LUA = """
+redis.call('HSET', KEYS[1], 'owner', ARGV[1])
+return redis.call('HMGET', KEYS[1], 'version', 'state', 'offsets', 'pending')
+"""
+
+
+class Fenced(RuntimeError):
+    """Another worker claimed the checkpoint: this one must drop its state (it no longer owns the partitions)."""
+
+
+class CheckpointConflict(RuntimeError):
+    """The release log holds a different record for a key being checkpointed (should never happen)."""
+
+
+@dataclass
+class PendingRecord:
+    topic: str
+    key: str
+    value: bytes
+
+
+@dataclass
+class Checkpoint:
+    version: int
+    state: dict | None  # decoded worker state (None: nothing checkpointed yet)
+    offsets: dict[int, int]
+    pending: list[PendingRecord] = field(default_factory=list)
+
+
+def encode_pending(records: list[PendingRecord]) -> bytes:
+    if not records:
+        return b""
+    return state_codec.encode({"records": [[r.topic, r.key, r.value] for r in records]})
+
+
+def decode_pending(b: bytes | None) -> list[PendingRecord]:
+    if not b:
+        return []
+    return [PendingRecord(t, k, bytes(v)) for t, k, v in state_codec.decode(bytes(b))["records"]]
+
+
+class RedisCheckpoint:
+    """The checkpoint of one consumer group on one input topic, in the Redis of the budget store."""
+
+    def __init__(self, store, group: str, input_topic: str) -> None:
+        if not hasattr(store, "r") or not hasattr(store, "_release_key"):
+            raise ValueError("checkpoints need the Redis budget store (store URL redis://…)")
+        self.store = store
+        self.r = store.r
+        self.key = f"{store.ns}:ckpt:{group}:{input_topic}"
+        self.ledger_key = store._ledger_key  # the store's ledger stream (same layout as append_ledger)
+        self.owner: str | None = None
+        self.version = 0
+        self.last_bytes = 0
+        self._scripts: dict[str, object] = {}
+
+    def _script(self, name: str, src: str):
+        s = self._scripts.get(name)
+        if s is None:
+            s = self._scripts[name] = self.r.register_script(src)  # EVALSHA, reloads on NOSCRIPT
+        return s
+
+    def _call(self, fn: Callable):
+        import redis
+
+        try:
+            return fn()
+        except redis.exceptions.ResponseError as e:
+            msg = str(e)
+            if msg.startswith("FENCED"):
+                raise Fenced(msg) from None
+            if msg.startswith("CONFLICT"):
+                raise CheckpointConflict(msg) from None
+            raise StoreError(f"checkpoint failed: {msg}") from e
+        except redis.exceptions.RedisError as e:
+            raise StoreError(f"checkpoint store unreachable: {e}") from e
+
+    def claim(self, worker_id: str) -> Checkpoint:
+        """Become the owner (fencing out any previous one) and read the latest checkpoint."""
+        token = f"{worker_id}:{uuid.uuid4().hex[:12]}"
+        res = self._call(lambda: self._script("claim", CLAIM_LUA)(keys=[self.key], args=[token]))
+        version, state, offsets, pending = res
+        self.owner = token
+        self.version = int(version or 0)
+        st = state_codec.decode(bytes(state)) if state else None
+        if st is not None and st.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"unsupported checkpoint format {st.get('format')!r} in {self.key}")
+        offs = {int(k): int(v) for k, v in json.loads(offsets).items()} if offsets else {}
+        return Checkpoint(self.version, st, offs, decode_pending(pending))
+
+    def write(self, state: dict, offsets: dict[int, int], pending: list[PendingRecord],
+              releases: dict[str, bytes], ledger: list[dict], info: dict) -> int:
+        """The atomic checkpoint (see module doc). Returns the new version."""
+        state = dict(state, format=CHECKPOINT_FORMAT)
+        rel_keys = list(releases)
+        keys = [self.key, self.ledger_key] + [self.store._release_key(k) for k in rel_keys]
+        ledger_js = [ledger_entry_json(e) for e in ledger]
+        blob = state_codec.encode(state)
+        self.last_bytes = len(blob)
+        args = [self.owner or "", blob,
+                json.dumps({str(p): int(o) for p, o in sorted(offsets.items())}), encode_pending(pending),
+                json.dumps(dict(info, time=time.time())), str(len(ledger_js)), *ledger_js,
+                *[releases[k] for k in rel_keys]]
+        v = self._call(lambda: self._script("ckpt", CHECKPOINT_LUA)(keys=keys, args=args))
+        self.version = int(v)
+        return self.version
+
+    def ack(self, version: int) -> bool:
+        """Mark the pending records of checkpoint ``version`` as published."""
+        return bool(self._call(lambda: self._script("ack", ACK_LUA)(keys=[self.key],
+                                                                      args=[self.owner or "", str(version)])))
+
+    def read_info(self) -> dict:
+        """Operator view: offsets, version, owner and summary of the latest checkpoint (no state decoding)."""
+        h = self._call(lambda: self.r.hmget(self.key, ["version", "owner", "offsets", "info", "pending"]))
+        version, owner, offsets, info, pending = h
+        return {"key": self.key, "version": int(version or 0), "owner": owner.decode() if owner else None,
+                "offsets": json.loads(offsets) if offsets else {}, "info": json.loads(info) if info else {},
+                "pending_records": len(decode_pending(pending))}
+
+
+class DeferredReleaseLog(BudgetStore):
+    """The budget store as the engine sees it inside the worker.
+
+    Admission and settlement go straight to the store (atomic, idempotent). Release-log writes and ledger entries
+    are kept in memory and written by the next checkpoint, in the same atomic step as the state that produced them.
+    ``after_admit`` is called after every successful admit (test-only fault injection, see ``faults.py``).
+    """
+
+    def __init__(self, inner: BudgetStore, after_admit: Callable[[], None] | None = None) -> None:
+        self.inner = inner
+        self.after_admit = after_admit
+        self.releases: dict[str, bytes] = {}
+        self.ledger_entries: list[dict] = []
+
+    def take(self) -> tuple[dict[str, bytes], list[dict]]:
+        rel, led = self.releases, self.ledger_entries
+        self.releases, self.ledger_entries = {}, []
+        return rel, led
+
+    def discard(self) -> None:
+        self.releases, self.ledger_entries = {}, []
+
+    # delegated
+    def default_budget(self) -> np.ndarray:
+        return self.inner.default_budget()
+
+    def set_default_budget(self, budget, *, actor: str = "operator", reason: str = "") -> None:
+        self.inner.set_default_budget(budget, actor=actor, reason=reason)
+
+    def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "") -> None:
+        self.inner.grant(user, budget, actor=actor, reason=reason)
+
+    def admit(self, scope: str, seq: int, users: Sequence[str], costs) -> np.ndarray:
+        out = self.inner.admit(scope, seq, users, costs)
+        if self.after_admit is not None:
+            self.after_admit()
+        return out
+
+    def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
+        self.inner.settle(scope, seq, users, actual)
+
+    def get_user(self, user: str) -> UserBudget | None:
+        return self.inner.get_user(user)
+
+    def iter_users(self) -> Iterator[UserBudget]:
+        return self.inner.iter_users()
+
+    # deferred
+    def put_release(self, key: str, record: bytes) -> bytes:
+        if key in self.releases:
+            return self.releases[key]
+        old = self.inner.get_release(key)
+        if old is not None:
+            return old
+        self.releases[key] = bytes(record)
+        return self.releases[key]
+
+    def get_release(self, key: str) -> bytes | None:
+        return self.releases.get(key) or self.inner.get_release(key)
+
+    def append_ledger(self, entry: dict) -> None:
+        ledger_entry_json(entry)  # validate now (JSON-able), stamp at checkpoint time
+        self.ledger_entries.append(dict(entry, ts=entry.get("ts", time.time())))
+
+    def ledger(self, *, query: str | None = None, since: float | None = None) -> list[dict]:
+        return self.inner.ledger(query=query, since=since)

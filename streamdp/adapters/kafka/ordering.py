@@ -1,0 +1,224 @@
+"""Canonical ingestion order: the worker's releases do not depend on how Kafka interleaves partitions.
+
+The release engine interns user and item names in the order it first sees them, and its random choices (the Δ0
+subset of contribution bounding, the noise of new tree nodes) follow those ids. A worker consuming several
+partitions sees them interleaved by fetch timing, so feeding the engine straight from ``getmany`` would make the
+(deterministic-test-mode) releases depend on timing, on the number of workers and on where a crash happened —
+and "results with two workers must equal results with one" (DESIGN.md §4) would not hold.
+
+:class:`CanonicalStage` therefore holds parsed events back, per window and per Kafka partition, and hands a window
+to the engine only when it is due, in the order (window, partition, offset): a function of the topic's contents
+alone. The watermark (DESIGN.md §2) is computed here from the Kafka partitions (max event time per partition minus
+the allowed lateness, minimum over the partitions the worker holds; a partition that has not delivered an event
+yet holds it back, like a silent one, until ``idle_timeout``); the engine is then stepped window by window:
+its watermark is advanced to the window's end and :meth:`ReleaseEngine.close_due` closes exactly that window.
+
+Rejections happen on arrival with the engine's own rules and reason codes: ``late`` (the window is closed),
+``before_origin`` and ``too_far_in_future`` (beyond the watermark by more than ``max_future_seconds``); they are
+counted in the engine's counters. Determinism holds when the origin is configured, each partition's disorder stays
+within ``allowed_lateness`` (then no event is late, whatever the timing) and no idle timeout fires.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import orjson
+
+from streamdp.engine.engine import ReleaseEngine, WindowSummary
+from streamdp.input.events import EventBatch
+
+ENGINE_PARTITION = 0  # the engine sees one (already ordered) stream; watermarks per Kafka partition live here
+
+
+def take_rows(b: EventBatch, rows: np.ndarray) -> EventBatch:
+    """The sub-batch of rows ``rows`` (sorted row indices) of ``b``."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == len(b):
+        return b
+    offs = b.item_offsets
+    starts = offs[rows]
+    lens = offs[rows + 1] - starts
+    new_offs = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(lens, out=new_offs[1:])
+    idx = np.repeat(starts - new_offs[:-1], lens) + np.arange(int(new_offs[-1]), dtype=np.int64)
+    items = b.items
+    users = b.users
+    return EventBatch(users=[users[i] for i in rows.tolist()], ts=b.ts[rows], item_offsets=new_offs,
+                      items=[items[i] for i in idx.tolist()], value=b.value[rows], loc=b.loc[rows],
+                      source_rows=b.source_rows[rows])
+
+
+def concat_batches(bs: list[EventBatch]) -> EventBatch:
+    if len(bs) == 1:
+        return bs[0]
+    users: list[str] = []
+    items: list[str] = []
+    offs = [np.zeros(1, dtype=np.int64)]
+    base = 0
+    for b in bs:
+        users.extend(b.users)
+        items.extend(b.items)
+        offs.append(b.item_offsets[1:] + base)
+        base += int(b.item_offsets[-1])
+    return EventBatch(users=users, ts=np.concatenate([b.ts for b in bs]), item_offsets=np.concatenate(offs),
+                      items=items, value=np.concatenate([b.value for b in bs]),
+                      loc=np.concatenate([b.loc for b in bs]).reshape(-1, 2),
+                      source_rows=np.concatenate([b.source_rows for b in bs]))
+
+
+def batch_state(b: EventBatch) -> dict:
+    # name lists as one JSON blob each: the snapshot codec would otherwise walk every string
+    return {"users": orjson.dumps(b.users), "ts": b.ts, "item_offsets": b.item_offsets,
+            "items": orjson.dumps(b.items), "value": b.value, "loc": b.loc}
+
+
+def batch_from_state(d: dict) -> EventBatch:
+    users = orjson.loads(d["users"])
+    n = len(users)
+    return EventBatch(users=users, ts=np.asarray(d["ts"], dtype=np.float64),
+                      item_offsets=np.asarray(d["item_offsets"], dtype=np.int64), items=orjson.loads(d["items"]),
+                      value=np.asarray(d["value"], dtype=np.float64),
+                      loc=np.asarray(d["loc"], dtype=np.float64).reshape(-1, 2),
+                      source_rows=np.arange(n, dtype=np.int64))
+
+
+class PartitionWatermarks:
+    """Watermark over Kafka partitions: min over held partitions of (max event time − allowed lateness).
+
+    A registered partition that has not delivered an event holds the watermark at −∞; a partition silent for more
+    than ``idle_timeout`` seconds of wall clock stops holding it (DESIGN.md §2).
+    """
+
+    def __init__(self, allowed_lateness: float = 0.0, idle_timeout: float | None = None) -> None:
+        self.lateness = float(allowed_lateness)
+        self.idle_timeout = idle_timeout
+        self.max_ts: dict[int, float] = {}
+        self._last_seen: dict[int, float] = {}
+
+    def register(self, partitions, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        for p in partitions:
+            self.max_ts.setdefault(int(p), -math.inf)
+            self._last_seen.setdefault(int(p), now)
+
+    def observe(self, partition: int, max_ts: float, now: float | None = None) -> None:
+        p = int(partition)
+        if max_ts > self.max_ts.get(p, -math.inf):
+            self.max_ts[p] = float(max_ts)
+        self._last_seen[p] = time.monotonic() if now is None else now
+
+    def watermark(self, now: float | None = None) -> float:
+        if not self.max_ts:
+            return -math.inf
+        parts = list(self.max_ts)
+        if self.idle_timeout is not None and len(parts) > 1:
+            now = time.monotonic() if now is None else now
+            active = [p for p in parts if now - self._last_seen.get(p, now) <= self.idle_timeout]
+            parts = active or parts
+        return min(self.max_ts[p] for p in parts) - self.lateness
+
+    def state(self) -> dict:
+        return {"max_ts": {str(p): v for p, v in self.max_ts.items()}}
+
+    def load_state(self, d: dict, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        self.max_ts = {int(p): float(v) for p, v in d["max_ts"].items()}
+        self._last_seen = {p: now for p in self.max_ts}
+
+
+class CanonicalStage:
+    """Holds parsed events per (window, partition) and steps the engine window by window (see module doc)."""
+
+    def __init__(self, engine: ReleaseEngine) -> None:
+        self.engine = engine
+        c = engine.config
+        self.wm = PartitionWatermarks(c.allowed_lateness, c.idle_timeout)
+        self.held: dict[int, dict[int, list[EventBatch]]] = {}
+        self.held_events = 0
+
+    # ---- arrival -------------------------------------------------------------------------------------------
+    def _reject(self, reason: str, k: int) -> None:
+        c = self.engine.counters
+        c.events_in += k
+        c.dead(reason, k)
+        if reason == "late":
+            c.late += k
+
+    def add(self, partition: int, batch: EventBatch, now: float | None = None) -> list[tuple[int, str]]:
+        """Hold a parsed batch of one partition. Returns (row, reason) for rows rejected on arrival."""
+        n = len(batch)
+        if n == 0:
+            return []
+        W = self.engine.windows
+        W.ensure_origin(float(batch.ts.min()))
+        t = W.window_of(batch.ts)
+        reasons = np.full(n, None, dtype=object)
+        reasons[t <= W.last_closed] = "late"
+        reasons[t < 1] = "before_origin"
+        wm = self.wm.watermark(now)
+        mf = self.engine.config.max_future_seconds
+        if mf is not None and math.isfinite(wm):
+            reasons[(batch.ts > wm + self.engine.config.allowed_lateness + mf) & (reasons == None)] = \
+                "too_far_in_future"  # noqa: E711
+        ok = reasons == None  # noqa: E711
+        rejected = [(int(i), str(reasons[i])) for i in np.flatnonzero(~ok)]
+        for r in set(r for _, r in rejected):
+            self._reject(r, sum(1 for _, x in rejected if x == r))
+        rows = np.flatnonzero(ok)
+        if rows.size == 0:
+            return rejected
+        tw = t[rows]
+        for w in np.unique(tw).tolist():
+            sel = rows[tw == w]
+            self.held.setdefault(int(w), {}).setdefault(int(partition), []).append(take_rows(batch, sel))
+        self.held_events += int(rows.size)
+        self.wm.observe(partition, float(batch.ts[rows].max()), now)
+        return rejected
+
+    # ---- release -------------------------------------------------------------------------------------------
+    def due_until(self, now: float | None = None, flush: bool = False) -> int:
+        """The last window that may close now (``flush``: every window holding events)."""
+        W = self.engine.windows
+        if W.origin is None:
+            return W.last_closed
+        if flush:
+            return max([W.last_closed] + list(self.held))
+        wm = self.wm.watermark(now)
+        if not math.isfinite(wm):
+            return W.last_closed
+        return max(W.last_closed, int(math.floor((wm - W.origin) / W.length)))
+
+    def release(self, now: float | None = None, flush: bool = False) -> list[WindowSummary]:
+        """Feed and close every due window in order; each window's events go in (partition, offset) order."""
+        eng = self.engine
+        W = eng.windows
+        last = self.due_until(now, flush)
+        out: list[WindowSummary] = []
+        for t in range(W.last_closed + 1, last + 1):
+            end = W.bounds(t)[1]
+            # the engine's watermark reaches exactly the end of window t
+            W.observe(end + eng.config.allowed_lateness, ENGINE_PARTITION, now)
+            for p, bs in sorted(self.held.get(t, {}).items()):
+                for b in bs:
+                    rej = eng.ingest(b, ENGINE_PARTITION, now)
+                    if rej:  # cannot happen: the window is open and its events lie before its end
+                        raise AssertionError(f"engine rejected held events of window {t}: {rej[:3]}")
+                    self.held_events -= len(b)
+            self.held.pop(t, None)
+            out.extend(eng.close_due(now))
+        return out
+
+    # ---- state ---------------------------------------------------------------------------------------------
+    def state(self) -> dict:
+        held = {str(t): {str(p): batch_state(concat_batches(bs)) for p, bs in parts.items()}
+                for t, parts in self.held.items()}
+        return {"wm": self.wm.state(), "held": held}
+
+    def load_state(self, d: dict, now: float | None = None) -> None:
+        self.wm.load_state(d["wm"], now)
+        self.held = {int(t): {int(p): [batch_from_state(b)] for p, b in parts.items()}
+                     for t, parts in d["held"].items()}
+        self.held_events = sum(len(b) for parts in self.held.values() for bs in parts.values() for b in bs)

@@ -1,0 +1,47 @@
+"""Topic names of the service and their creation with the admin client."""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("streamdp.kafka")
+
+TOPIC_EXISTS = 36  # Kafka error code TOPIC_ALREADY_EXISTS
+
+
+def output_topic(kafka: dict, query_id: str) -> str:
+    """The output topic of one query: ``<output_prefix><query id>``."""
+    return f"{kafka['output_prefix']}{query_id}"
+
+
+def service_topics(kafka: dict, query_ids: list[str]) -> list[str]:
+    """Every topic ``streamdp run`` writes to: one per query, then the dead-letter topic."""
+    return [output_topic(kafka, q) for q in query_ids] + [kafka["dead_letter_topic"]]
+
+
+async def ensure_topics(client_kw: dict, names: list[str], partitions: int, replication: int = 1,
+                        configs: dict | None = None) -> list[str]:
+    """Create the topics that do not exist yet (existing ones are left as they are). Returns the created ones."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(**client_kw)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        todo = [n for n in dict.fromkeys(names) if n not in existing]
+        if not todo:
+            return []
+        resp = await admin.create_topics([NewTopic(n, partitions, replication, topic_configs=configs or {})
+                                          for n in todo])
+        created = []
+        for err in getattr(resp, "topic_errors", []):
+            name, code = err[0], err[1]
+            if code == 0:
+                created.append(name)
+            elif code != TOPIC_EXISTS:  # a concurrent creator won the race: fine
+                raise RuntimeError(f"cannot create topic {name!r}: Kafka error {code} ({err[2] if len(err) > 2 else ''})")
+        if created:
+            log.info("created topics", extra={"topics": created, "partitions": partitions})
+        return created
+    finally:
+        await admin.close()

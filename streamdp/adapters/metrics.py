@@ -1,0 +1,84 @@
+"""Prometheus metrics of a streamdp worker (``streamdp run --metrics-port``; ``/metrics`` over HTTP).
+
+``streamdp_events_in_total`` counts records consumed from the input topic; the other counters follow the engine's
+counters (dead letters by reason, late events, admitted and halted users, windows) as deltas, so they stay monotone across restores; gauges describe the current state (watermark,
+held events, checkpoint version, ownership). ``streamdp_release_max_cost_total`` sums, per query and privacy
+parameter, the maximum individual cost of every release — an upper bound on what any one user has spent through
+that query since the worker started.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry or CollectorRegistry()
+        self.events_in = Counter("streamdp_events_in", "events consumed (valid or not)", registry=r)
+        self.dead_letters = Counter("streamdp_dead_letters", "events sent to the dead-letter topic",
+                                    ["reason"], registry=r)
+        self.late = Counter("streamdp_late_events", "events of an already closed window", registry=r)
+        self.admitted = Counter("streamdp_admitted_users", "users admitted by the filter, summed over windows",
+                                registry=r)
+        self.halted = Counter("streamdp_halted_users", "users refused (and halted) by the filter", registry=r)
+        self.windows = Counter("streamdp_windows_closed", "windows closed", registry=r)
+        self.releases = Counter("streamdp_releases", "release records published", ["query"], registry=r)
+        self.users_charged = Counter("streamdp_users_charged", "users charged, summed over releases", ["query"],
+                                     registry=r)
+        self.max_cost = Counter("streamdp_release_max_cost", "sum over releases of the max individual cost",
+                                ["query", "notion", "param"], registry=r)
+        self.close_latency = Histogram(
+            "streamdp_window_close_latency_seconds",
+            "from the consumed batch whose watermark passed the window end to the release acknowledged as published",
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.close_compute = Histogram("streamdp_window_close_compute_seconds", "engine time of one window close",
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.checkpoints = Counter("streamdp_checkpoints", "checkpoints written", registry=r)
+        self.checkpoint_seconds = Histogram("streamdp_checkpoint_seconds", "time of one checkpoint write",
+                                            buckets=LATENCY_BUCKETS, registry=r)
+        self.checkpoint_bytes = Gauge("streamdp_checkpoint_bytes", "size of the last checkpoint state", registry=r)
+        self.recoveries = Counter("streamdp_recoveries", "restores from the checkpoint after a failure", registry=r)
+        self.held_events = Gauge("streamdp_held_events", "events held in open windows", registry=r)
+        self.watermark = Gauge("streamdp_watermark_seconds", "event-time watermark", registry=r)
+        self.last_window = Gauge("streamdp_last_closed_window", "sequence number of the last closed window",
+                                 registry=r)
+        self.owner = Gauge("streamdp_owner", "1 if this worker owns the input partitions (else standby)",
+                           registry=r)
+        self._base: dict = {}
+
+    def baseline(self, counters) -> None:
+        """Remember the engine counters (after a restore) so that only later increments are exported."""
+        self._base = {"events_in": counters.events_in, "late": counters.late,
+                      "admitted": counters.admitted_users, "halted": counters.halted_users,
+                      "windows": counters.windows_closed, "by_reason": dict(counters.by_reason)}
+
+    def update(self, counters) -> None:
+        b = self._base or {"events_in": 0, "late": 0, "admitted": 0, "halted": 0, "windows": 0, "by_reason": {}}
+        for attr, metric, key in ((counters.late, self.late, "late"),
+                                  (counters.admitted_users, self.admitted, "admitted"),
+                                  (counters.halted_users, self.halted, "halted"),
+                                  (counters.windows_closed, self.windows, "windows")):
+            d = attr - b.get(key, 0)
+            if d > 0:
+                metric.inc(d)
+        for reason, n in counters.by_reason.items():
+            d = n - b["by_reason"].get(reason, 0)
+            if d > 0:
+                self.dead_letters.labels(reason=reason).inc(d)
+        self.baseline(counters)
+
+    def release(self, rec) -> None:
+        self.releases.labels(query=rec.query).inc()
+        self.users_charged.labels(query=rec.query).inc(rec.cost.get("users_charged", 0))
+        for notion, v in rec.cost.items():
+            if isinstance(v, dict):
+                for param, x in v.items():
+                    if x:
+                        self.max_cost.labels(query=rec.query, notion=notion, param=param).inc(float(x))
+
+    def serve(self, port: int, addr: str = "0.0.0.0"):
+        """Start the HTTP endpoint (a daemon thread); returns (server, thread)."""
+        return start_http_server(port, addr=addr, registry=self.registry)

