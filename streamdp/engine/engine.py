@@ -245,7 +245,11 @@ class ReleaseEngine:
             for q in self.queries:
                 q.new_epoch()
             self.epoch = w.epoch
-        # 1. prepare (side-effect free)
+        # 1. prepare (side-effect free); queries that price by item name see the engine's name table first
+        for q in self.queries:
+            bind = getattr(q, "bind_names", None)
+            if bind is not None:
+                bind(self.items)
         reservations = [q.prepare(w, self.rng) for q in self.queries]
         # 2. one atomic admit for all users with data in this window
         present = np.unique(w.user_ids)
