@@ -1,0 +1,498 @@
+"""Sequential range counts with adaptive per-user budgets (000 Alg. 3 + Alg. 4/6, PIE-NI), query kind ``range_counts``.
+
+The operator registers m range queries, each a rectangle Γ_l bound to one window θ_l (θ_1 < … < θ_m). Every user
+has a budget B (CGP, ρ per configured unit²) for the whole sequence. At window θ_l, every user i with a location in
+the window gets the allocation of 000 Alg. 3 (exact integer form, ``savings_allocation_fixed``):
+
+    γ_l = ((l − 1)/(m − 1))·(1 − 3/4) + 3/4,        r_i = γ_l·(B_i − ((m − l + 1)/m)·B) + B/m
+
+(``reuse_savings = false``: r_i = B/m), the service reserves r_i, the range count runs PIE-NI (000 Alg. 6) or a
+baseline on the users' window locations, and each user is settled to the rounds they executed (000 Thm 4.4;
+DESIGN §3 "reserve and settle"). B_i ← B_i − executed_i: what a user saved (eliminated early, or absent from the
+window) is reused by the later queries of the sequence. Alg. 3's invariant B_i ≥ ((m − l + 1)/m)·B holds for every
+user, present or not, so r_i ≥ B/m > 0 and at l = m the whole remaining B_i is offered.
+
+**Fixed point.** B, B_i and r_i are integers on the 10⁻¹² grid of ρ per configured unit² (``LOSS_SCALE``). PIE is
+given ``reservation_to_rho(r_i)`` (one ulp below r_i), so its executed cost rounded up to the grid is ≤ r_i. The
+ledger's canonical CGP unit is the metre (:data:`CANONICAL_CGP_UNIT`, shared with the geo kinds): a cost of R per
+unit² (fixed) is recorded as ⌈R / q⌉ per m² with q = (metres per unit)² = 10⁶ for ``units = "km"`` (1 for ``"m"``),
+exactly in integers; for lat/lon input the metres-per-unit factor c is the geo kinds' lower bound over the region
+(:class:`~streamdp.engine.queries.geo.PlanarFrame`) and the cost is ``convert_cgp_rho(R·10⁻¹², c, "m")`` rounded up.
+Both maps are monotone, so executed ≤ reserved holds in the canonical unit too.
+
+**Coordinates** (:class:`Coordinates`). ``projection = "none"`` with ``units = "m" | "km"``: ``loc`` is a planar
+point [x, y] in that unit. ``projection = "equirectangular"`` (units m or km): ``loc`` is [lat, lon] in degrees,
+projected around ``ref_lat`` to (x, y) = (R·cos(ref_lat)·λ, R·φ) and scaled to the unit; ``region`` (required)
+bounds the distortion. ``units = "degrees"``: ``loc`` = [lat, lon] used as the planar point (lon, lat) in degrees;
+``region`` required. With lat/lon input, events outside the region are ignored (pay nothing).
+
+**Window location** of a user: from their events with a usable ``loc``, ``location = last | first | mean`` (by
+event time, ties by arrival order; mean in planar coordinates). Users without one pay nothing and keep B_i.
+
+Windows not bound to a query publish ``{"query_index": null}`` and charge nobody (the engine publishes one record
+per query per window).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from streamdp.accounting.cgp import convert_cgp_rho, metres_per_unit
+from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, N_COMPONENTS, budget_to_fixed, cost_to_fixed
+from streamdp.engine.queries.geo import CANONICAL_CGP_UNIT, PlanarFrame
+from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
+from streamdp.mechanisms.adaptive.pie import MAX_ROUNDS, privacy_savings
+from streamdp.mechanisms.adaptive.range_count import Rectangle, range_count_baseline, range_count_pie
+from streamdp.mechanisms.adaptive.sequential import reservation_to_rho, savings_allocation_fixed
+
+__all__ = [
+    "CANONICAL_CGP_UNIT",
+    "UNITS",
+    "PROJECTIONS",
+    "ESTIMATORS",
+    "fixed_up",
+    "Coordinates",
+    "window_locations",
+    "parse_entries",
+    "SequentialAdaptiveQuery",
+    "RangeCounts",
+]
+
+UNITS = ("km", "m", "degrees")
+PROJECTIONS = ("none", "equirectangular")
+LOCATION_RULES = ("last", "first", "mean")
+SPLITS = ("even", "doubling")
+#: estimator → (algorithm, privatisation): PM = PIE (000 Alg. 6), BM = one-shot baseline (000 §6.2.1);
+#: 1 = distance privatisation (Proj_Γ), 0 = point privatisation.
+ESTIMATORS = {"pm1": ("pie", "distance"), "pm0": ("pie", "point"),
+              "bm1": ("baseline", "distance"), "bm0": ("baseline", "point")}
+
+_CGP = COMPONENTS.index("cgp_rho")
+_EXACT = 2**53  # integers below this are exact in float64
+#: 000 Remark 6: β0 = β/4 drives the elimination.
+BETA0_FRACTION = 0.25
+
+
+# ------------------------------------------------------------------------------------------------ validation
+def _num(x, name: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name}: must be a number, got {x!r}")
+    v = float(x)
+    if not math.isfinite(v):
+        raise ValueError(f"{name}: must be finite, got {x!r}")
+    return v
+
+
+def _pos(x, name: str) -> float:
+    v = _num(x, name)
+    if v <= 0:
+        raise ValueError(f"{name}: must be > 0, got {x!r}")
+    return v
+
+
+def _int(x, name: str, lo: int) -> int:
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer)) or int(x) != x or int(x) < lo:
+        raise ValueError(f"{name}: must be an integer ≥ {lo}, got {x!r}")
+    return int(x)
+
+
+def _choice(x, name: str, choices) -> Any:
+    if x not in choices:
+        raise ValueError(f"{name}: must be one of {list(choices)}, got {x!r}")
+    return x
+
+
+def _prob(x, name: str) -> float:
+    v = _num(x, name)
+    if not (0.0 < v < 1.0):
+        raise ValueError(f"{name}: must lie in (0, 1), got {x!r}")
+    return v
+
+
+def _pair(x, name: str) -> tuple[float, float]:
+    if not isinstance(x, (list, tuple)) or len(x) != 2:
+        raise ValueError(f"{name}: must be two numbers, got {x!r}")
+    return _num(x[0], name), _num(x[1], name)
+
+
+def parse_entries(entries, fields: dict[str, bool], name: str = "queries") -> list[dict]:
+    """Validate the operator's list of sequential queries: each a table with an integer ``window`` ≥ 1 and the
+    ``fields`` (name → required); windows strictly increasing (query l = the l-th entry). Returns plain dicts."""
+    if not isinstance(entries, (list, tuple)) or len(entries) == 0:
+        raise ValueError(f"{name}: must be a non-empty list of tables (m ≥ 1), got {entries!r}")
+    out = []
+    prev = 0
+    known = {"window", *fields}
+    for j, e in enumerate(entries):
+        where = f"{name}[{j}]"
+        if not isinstance(e, dict):
+            raise ValueError(f"{where}: must be a table {{window = …, …}}, got {e!r}")
+        extra = sorted(set(e) - known)
+        if extra:
+            raise ValueError(f"{where}.{extra[0]}: unknown field (known: {sorted(known)})")
+        if "window" not in e:
+            raise ValueError(f"{where}.window: is required")
+        win = _int(e["window"], f"{where}.window", 1)
+        if win <= prev:
+            raise ValueError(f"{where}.window: windows must be strictly increasing (one query per window, "
+                             f"in order), got {win} after {prev}")
+        prev = win
+        for f, req in fields.items():
+            if req and f not in e:
+                raise ValueError(f"{where}.{f}: is required")
+        out.append(dict(e, window=win))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- fixed point
+def fixed_up(x, scale: int = LOSS_SCALE) -> np.ndarray:
+    """Vectorised :func:`~streamdp.accounting.cost.cost_to_fixed`: each cost rounded UP to the grid (same result)."""
+    a = np.asarray(x, dtype=np.float64)
+    if a.size == 0:
+        return np.zeros(a.shape, dtype=np.int64)
+    if not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError("cost must be finite and ≥ 0")
+    v = np.ceil(a * scale)
+    if np.any(v >= _EXACT):  # beyond exact float integers: the scalar path
+        return np.array([cost_to_fixed(float(t), scale) for t in a.ravel()], dtype=np.int64).reshape(a.shape)
+    v += v / scale < a  # float product rounded below the true value (as cost_to_fixed)
+    return v.astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------- coordinates
+class Coordinates:
+    """The plane the queries live in, and the conversion of ρ per unit² to the canonical ρ per m² (module notes).
+
+    ``metres_per_unit`` is c: every planar distance d_u between two accepted locations satisfies
+    c·d_u ≤ the true distance in metres (exact for planar m/km input; the geo kinds' region bound otherwise).
+    """
+
+    def __init__(self, units: str = "km", projection: str = "none", ref_lat: float | None = None,
+                 region=None) -> None:
+        self.units = _choice(units, "units", UNITS)
+        self.projection = _choice(projection, "projection", PROJECTIONS)
+        self.exact_q: int | None = None
+        if self.units == "degrees":
+            if self.projection != "none":
+                raise ValueError("projection: units = 'degrees' use [lat, lon] as planar (lon, lat) degrees; "
+                                 "set projection = 'none'")
+            if ref_lat is not None:
+                raise ValueError("ref_lat: only used with projection = 'equirectangular'")
+            if region is None:
+                raise ValueError("region: is required with units = 'degrees' (it bounds metres per degree)")
+            self.frame: PlanarFrame | None = PlanarFrame("degrees", region)
+            self.scale = 1.0
+            self.metres_per_unit = self.frame.metres_per_unit()
+        elif self.projection == "equirectangular":
+            if region is None:
+                raise ValueError("region: is required with projection = 'equirectangular' (it bounds the "
+                                 "projection's distortion)")
+            self.frame = PlanarFrame("metres", region, ref_lat)
+            self.scale = 1.0 / metres_per_unit(self.units)  # planar metres → planar units
+            self.metres_per_unit = self.frame.metres_per_unit() / self.scale
+        else:
+            if region is not None:
+                raise ValueError("region: only used with lat/lon input (units = 'degrees' or projection = "
+                                 "'equirectangular')")
+            if ref_lat is not None:
+                raise ValueError("ref_lat: only used with projection = 'equirectangular'")
+            self.frame = None
+            self.scale = 1.0
+            self.metres_per_unit = metres_per_unit(self.units)  # 1 (m) or 1000 (km)
+            self.exact_q = int(round(self.metres_per_unit)) ** 2  # (metres per unit)², an integer
+        if not (self.metres_per_unit > 0 and math.isfinite(self.metres_per_unit)):
+            raise ValueError(f"region: gives no usable metres-per-unit bound ({self.metres_per_unit!r})")
+
+    @property
+    def latlon(self) -> bool:
+        return self.frame is not None
+
+    def accepts(self, loc: np.ndarray) -> np.ndarray:
+        """Rows of ``loc`` that are usable: finite, and inside the region for lat/lon input."""
+        ok = np.isfinite(loc).all(axis=1)
+        if self.frame is not None and ok.any():
+            ok[ok] = self.frame.in_region(loc[ok])
+        return ok
+
+    def to_planar(self, loc) -> np.ndarray:
+        """``loc`` rows (as in events: [x, y], or [lat, lon]) → planar (x, y) in the configured unit."""
+        a = np.asarray(loc, dtype=np.float64).reshape(-1, 2)
+        if self.frame is None:
+            return a.copy()
+        return self.frame.to_planar(a) * self.scale
+
+    def canonical_fixed(self, unit_fixed) -> np.ndarray:
+        """Fixed-point ρ per unit² → fixed-point ρ per canonical m², rounded up (monotone in its input)."""
+        r = np.asarray(unit_fixed, dtype=np.int64)
+        if r.size == 0:
+            return np.zeros(r.shape, dtype=np.int64)
+        if self.exact_q is not None:
+            return -(-r // self.exact_q)  # ⌈R/q⌉, q = (metres per unit)²: convert_cgp_rho(ρ, unit, "m") exactly
+        rho_m = convert_cgp_rho(r.astype(np.float64) / LOSS_SCALE, self.metres_per_unit, CANONICAL_CGP_UNIT)
+        return fixed_up(np.atleast_1d(rho_m)).reshape(r.shape)
+
+    def describe(self) -> dict:
+        d = {"units": self.units, "projection": self.projection, "metres_per_unit": self.metres_per_unit,
+             "canonical_unit": CANONICAL_CGP_UNIT}
+        if self.frame is not None:
+            d["region"] = list(self.frame.region)
+            if self.projection == "equirectangular":
+                d["ref_lat"] = self.frame.ref_lat
+        return d
+
+
+def window_locations(w: WindowData, coords: Coordinates, rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique user ids, (n, 2) planar window locations) from the events with a usable ``loc``."""
+    loc = w.loc
+    if loc.shape[0] == 0:
+        return np.zeros(0, np.int64), np.zeros((0, 2))
+    rows = np.flatnonzero(coords.accepts(loc))
+    if rows.size == 0:
+        return np.zeros(0, np.int64), np.zeros((0, 2))
+    u = w.user_ids[rows]
+    if rule == "mean":
+        users, inv = np.unique(u, return_inverse=True)
+        xy = coords.to_planar(loc[rows])
+        cnt = np.bincount(inv, minlength=users.size).astype(np.float64)
+        mx = np.bincount(inv, weights=xy[:, 0], minlength=users.size) / cnt
+        my = np.bincount(inv, weights=xy[:, 1], minlength=users.size) / cnt
+        return users, np.column_stack([mx, my])
+    order = np.lexsort((rows, w.ts[rows], u))  # by user, then event time, then arrival
+    us = u[order]
+    change = us[1:] != us[:-1]
+    pick = np.flatnonzero(np.r_[change, True] if rule == "last" else np.r_[True, change])
+    return us[pick], coords.to_planar(loc[rows[order[pick]]])
+
+
+# --------------------------------------------------------------------------------------- the shared machinery
+class SequentialAdaptiveQuery(WindowQuery):
+    """m sequential local-model CGP queries bound to windows, budgeted per user by 000 Alg. 3 (module notes).
+
+    Subclasses implement :meth:`_run` (one query on the admitted users' planar locations with per-user budgets
+    ρ_i; returns the released values and the executed ρ per user) and :meth:`_empty` (values when nobody is
+    located). State: the per-user remaining B_i (fixed point, per unit²), an int64 array over user ids.
+    """
+
+    notion = "cgp"
+
+    def __init__(self, query_id: str, *, windows: list[int], budget_rho: float, units: str = "km",
+                 projection: str = "none", ref_lat: float | None = None, region=None, location: str = "last",
+                 reuse_savings: bool = True, rounds: int = 4, split: str = "even", estimator: str = "pm1",
+                 beta: float = 0.1) -> None:
+        super().__init__(query_id)
+        self.coords = Coordinates(units, projection, ref_lat, region)
+        self.location = _choice(location, "location", LOCATION_RULES)
+        if not isinstance(reuse_savings, bool):
+            raise ValueError(f"reuse_savings: must be true or false, got {reuse_savings!r}")
+        self.reuse_savings = reuse_savings
+        self.rounds = _int(rounds, "rounds", 1)
+        if self.rounds > MAX_ROUNDS:
+            raise ValueError(f"rounds: must be ≤ {MAX_ROUNDS}, got {rounds!r}")
+        self.split = _choice(split, "split", SPLITS)
+        self.estimator = _choice(estimator, "estimator", tuple(ESTIMATORS))
+        self.algorithm, self.privatization = ESTIMATORS[self.estimator]
+        self.beta = _prob(beta, "beta")
+        self.windows = [int(x) for x in windows]
+        self.m = len(self.windows)
+        self._index = {win: l for l, win in enumerate(self.windows, start=1)}
+        self.budget_rho = _pos(budget_rho, "budget_rho")
+        self.B = budget_to_fixed(self.budget_rho, LOSS_SCALE)  # per unit², rounded down
+        if self.B >= _EXACT:
+            raise ValueError(f"budget_rho: must be < {_EXACT / LOSS_SCALE:.0f} per unit² (exact fixed point), "
+                             f"got {budget_rho!r}")
+        if self.B // self.m < self.rounds:
+            raise ValueError(f"budget_rho: {budget_rho!r} per unit² is too small to split into m = {self.m} queries "
+                             f"of {self.rounds} rounds on the 1e-12 grid")
+        self.budget_canonical = int(self.coords.canonical_fixed(np.array([self.B]))[0])
+        self.remaining = np.zeros(0, dtype=np.int64)  # B_i per user id; ids beyond the array still have B
+
+    # ---- Alg. 3 ---------------------------------------------------------------------------------------------
+    def query_index(self, seq: int) -> int | None:
+        """l (1..m) of the query bound to global window ``seq``, or None."""
+        return self._index.get(int(seq))
+
+    def remaining_of(self, users: np.ndarray) -> np.ndarray:
+        """B_i (fixed point per unit²) of ``users``; users never charged have B."""
+        out = np.full(users.size, self.B, dtype=np.int64)
+        inside = users < self.remaining.size
+        out[inside] = self.remaining[users[inside]]
+        return out
+
+    def allocation(self, remaining: np.ndarray, l: int) -> np.ndarray:
+        """r_i for query l: 000 Alg. 3 line 4 in exact integers (rounded down), or the uniform ⌊B/m⌋."""
+        if not self.reuse_savings:
+            return np.minimum(self.B // self.m, remaining).astype(np.int64)
+        m, B = self.m, self.B
+        if m == 1 or l == m:
+            return np.asarray(remaining, dtype=np.int64).copy()  # γ_m = 1: r_i = B_i
+        # savings_allocation_fixed's formula, vectorised in int64 when no intermediate can overflow:
+        # r_i = ⌊(num·(m·B_i − (m−l+1)·B) + 4(m−1)·B) / (4(m−1)·m)⌋, num = 3(m−1) + (l−1)
+        num, den = 3 * (m - 1) + (l - 1), 4 * (m - 1) * m
+        rem = np.asarray(remaining, dtype=np.int64)
+        ok = rem.size and int(rem.min()) >= 0 and m * int(rem.min()) >= (m - l + 1) * B  # Alg. 3 invariant
+        if not ok or num * m * B + 4 * (m - 1) * B >= 2**63:
+            return savings_allocation_fixed(rem, B, l, m)  # exact Python integers (raises on a broken invariant)
+        r = (num * (m * rem - (m - l + 1) * B) + 4 * (m - 1) * B) // den
+        return np.clip(r, 0, rem)
+
+    def _charge(self, users: np.ndarray, executed_fixed: np.ndarray) -> None:
+        """B_i ← B_i − executed_i."""
+        if users.size == 0:
+            return
+        need = int(users.max()) + 1
+        if need > self.remaining.size:
+            grown = np.full(max(need, 2 * self.remaining.size), self.B, dtype=np.int64)
+            grown[: self.remaining.size] = self.remaining
+            self.remaining = grown
+        self.remaining[users] -= executed_fixed
+
+    # ---- WindowQuery ------------------------------------------------------------------------------------------
+    def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
+        l = self.query_index(w.seq)
+        if l is None:
+            return Reservation.empty()
+        users, xy = window_locations(w, self.coords, self.location)
+        if users.size == 0:
+            return Reservation.empty()
+        r = self.allocation(self.remaining_of(users), l)
+        costs = np.zeros((users.size, N_COMPONENTS), dtype=np.int64)
+        # worst case of the PIE cost (pie_cost / range_count_pie_cost of all c rounds = r_i, 000 Alg. 4, Thm 4.4),
+        # in the canonical unit
+        costs[:, _CGP] = self.coords.canonical_fixed(r)
+        return Reservation(users, costs, private=(xy, r))
+
+    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
+                items: Names) -> QueryRelease:
+        no_cost = np.zeros((0, N_COMPONENTS), dtype=np.int64)
+        l = self.query_index(w.seq)
+        if l is None:
+            return QueryRelease(values={"query_index": None}, users=np.zeros(0, np.int64), actual=no_cost)
+        if res.users.size:
+            xy, r = res.private
+            keep = admitted[res.users]
+            users, xy, r = res.users[keep], xy[keep], r[keep]
+        else:
+            users = np.zeros(0, np.int64)
+        head = {"query_index": l, "m": self.m, **self._query_values(l)}
+        if users.size == 0:
+            return QueryRelease(values={**head, **self._empty(l), "users": 0, "eliminated_early": 0,
+                                        "privacy_savings": 0.0},
+                                users=users, actual=no_cost, meta={"query_index": l, "users": 0})
+        rho = reservation_to_rho(r)  # one ulp below r_i: the executed cost rounds up to ≤ r_i
+        values, executed, eliminated = self._run(rng, l, xy, rho)
+        e_fixed = fixed_up(executed)  # pie_cost(executed_i): the executed rounds only (000 Alg. 1, R = 0 after)
+        if np.any(e_fixed > r):  # cannot happen (reservation_to_rho); never settle above a reservation
+            raise RuntimeError(f"{self.id}: executed cost above the reservation")
+        self._charge(users, e_fixed)
+        actual = np.zeros((users.size, N_COMPONENTS), dtype=np.int64)
+        actual[:, _CGP] = self.coords.canonical_fixed(e_fixed)
+        sav = privacy_savings(rho, executed)  # PrivSav = (1/n) Σ_i (r_i − executed_i)/r_i (000 §7.1)
+        values = {**head, **values, "users": int(users.size), "eliminated_early": int(eliminated),
+                  "privacy_savings": sav}
+        return QueryRelease(values=values, users=users, actual=actual,
+                            meta={"query_index": l, "users": int(users.size), "eliminated_early": int(eliminated),
+                                  "privacy_savings": sav})
+
+    def _query_values(self, l: int) -> dict:
+        return {}
+
+    def _empty(self, l: int) -> dict:
+        raise NotImplementedError
+
+    def _run(self, rng: np.random.Generator, l: int, xy: np.ndarray,
+             rho: np.ndarray) -> tuple[dict, np.ndarray, int]:
+        """Answer query l; returns (values, executed ρ per user (float, per unit²), users eliminated early)."""
+        raise NotImplementedError
+
+    # ---- state ------------------------------------------------------------------------------------------------
+    def _fingerprint(self) -> dict:
+        return {"budget_fixed": self.B, "windows": list(self.windows), "reuse_savings": self.reuse_savings,
+                "units": self.coords.units}
+
+    def state(self) -> dict:
+        return {"remaining": self.remaining.copy(), **self._fingerprint()}
+
+    def load_state(self, d: dict) -> None:
+        fp = self._fingerprint()
+        for k, v in fp.items():
+            if d.get(k) != v:
+                raise ValueError(f"{self.id}: snapshot was taken with {k} = {d.get(k)!r}, the configuration has "
+                                 f"{v!r}; a sequence's budget cannot be re-planned mid-run")
+        rem = np.asarray(d["remaining"], dtype=np.int64)
+        if rem.ndim != 1 or np.any(rem < 0) or np.any(rem > self.B):
+            raise ValueError(f"{self.id}: snapshot has an invalid remaining-budget array")
+        self.remaining = rem.copy()
+
+    def describe(self) -> dict:
+        return {**super().describe(), **self.coords.describe(), "m": self.m, "windows": list(self.windows),
+                "budget_rho_per_unit2": self.budget_rho, "budget_cgp_rho_per_m2": self.budget_canonical / LOSS_SCALE,
+                "reuse_savings": self.reuse_savings, "rounds": self.rounds, "split": self.split,
+                "estimator": self.estimator, "beta": self.beta, "location": self.location}
+
+
+# ------------------------------------------------------------------------------------------------ range counts
+class RangeCounts(SequentialAdaptiveQuery):
+    """Kind ``range_counts``: per registered (window, rectangle), the number of users located in the rectangle.
+
+    ``estimator``: ``pm1`` / ``pm0`` — 000 Alg. 6 (PIE-NI on Proj_Γ, ν_low = ν_high = 0, β0 = β/4, then
+    distance / point privatisation on the survivors; ``shift`` = App. B shift for pm1); ``bm1`` / ``bm0`` — the
+    baselines (one Gaussian release with the whole r_i). Costs: ``range_count_pie_cost`` /
+    ``range_count_baseline_cost`` of the executed ρ_i (000 Alg. 4, Thm 4.4; Lemma 3.4, Lemma 6.3).
+    """
+
+    kind = "range_counts"
+
+    def __init__(self, query_id: str, *, queries, budget_rho: float, units: str = "km", projection: str = "none",
+                 ref_lat: float | None = None, region=None, location: str = "last", reuse_savings: bool = True,
+                 rounds: int = 4, split: str = "even", estimator: str = "pm1", beta: float = 0.1,
+                 shift: bool = True) -> None:
+        entries = parse_entries(queries, {"rect": True, "angle": False})
+        super().__init__(query_id, windows=[e["window"] for e in entries], budget_rho=budget_rho, units=units,
+                         projection=projection, ref_lat=ref_lat, region=region, location=location,
+                         reuse_savings=reuse_savings, rounds=rounds, split=split, estimator=estimator, beta=beta)
+        if not isinstance(shift, bool):
+            raise ValueError(f"shift: must be true or false, got {shift!r}")
+        self.shift = shift
+        self.rects: list[Rectangle] = []
+        self.rect_values: list[dict] = []
+        for j, e in enumerate(entries):
+            where = f"queries[{j}]"
+            rect = e["rect"]
+            if not isinstance(rect, (list, tuple)) or len(rect) != 4:
+                raise ValueError(f"{where}.rect: must be [c0, c1, length, width] (centre in loc's coordinates, "
+                                 f"sides in {units}), got {rect!r}")
+            c0, c1 = _num(rect[0], f"{where}.rect"), _num(rect[1], f"{where}.rect")
+            length = _pos(rect[2], f"{where}.rect (length)")
+            width = _pos(rect[3], f"{where}.rect (width)")
+            angle = _num(e.get("angle", 0.0), f"{where}.angle")
+            if self.coords.latlon and not self.coords.frame.in_region(np.array([[c0, c1]]))[0]:
+                raise ValueError(f"{where}.rect: centre [lat, lon] = [{c0}, {c1}] lies outside the region "
+                                 f"{list(self.coords.frame.region)} (lat and lon swapped?)")
+            cx, cy = self.coords.to_planar([[c0, c1]])[0]
+            self.rects.append(Rectangle(float(cx), float(cy), length, width, math.radians(angle)))
+            self.rect_values.append({"center": [c0, c1], "length": length, "width": width, "angle": angle,
+                                     "units": self.coords.units})
+
+    def _query_values(self, l: int) -> dict:
+        return {"rect": self.rect_values[l - 1]}
+
+    def _empty(self, l: int) -> dict:
+        return {"estimate": 0, "estimator": self.estimator.upper(), "rounds": 0}
+
+    def _run(self, rng, l, xy, rho):
+        rect = self.rects[l - 1]
+        if self.algorithm == "pie":
+            res = range_count_pie(rng, xy, rect, rho, privatization=self.privatization, c=self.rounds,
+                                  split=self.split, beta=self.beta, shift=self.shift)
+        else:
+            res = range_count_baseline(rng, xy, rect, rho, privatization=self.privatization, shift=self.shift)
+        values = {"estimate": int(res.estimate), "estimator": res.method, "rounds": int(res.rounds),
+                  "s1": int(res.s1_count), "survivors": int(res.survivors)}
+        return values, res.executed_rho, res.n_eliminated_early
+
+    def describe(self) -> dict:
+        return {**super().describe(), "shift": self.shift, "queries": [
+            {"window": w, "rect": r} for w, r in zip(self.windows, self.rect_values)]}
