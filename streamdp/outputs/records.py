@@ -22,8 +22,22 @@ def release_key(query_id: str, epoch: int, t: int) -> str:
     return f"{query_id}/{epoch}/{t}"
 
 
+def public_cost_dict(cost, basis: str) -> dict:
+    """The published cost of a release: a bound from public information only (see WindowQuery.public_cost)."""
+    if cost is None:
+        return {"basis": "see the query kind's cost formula (streamdp queries kinds)"}
+    out: dict = {}
+    for i, notion in enumerate(NOTIONS):
+        a, d = cost.as_tuple()[2 * i], cost.as_tuple()[2 * i + 1]
+        if a or d:
+            out[notion] = {("alpha" if notion == "emd" else "rho"): a, "delta": d}
+    out["basis"] = basis
+    return out
+
+
 def cost_summary(costs: np.ndarray) -> dict:
-    """Max individual cost per notion (real numbers) and users charged, from fixed-point rows."""
+    """REALISED cost (ledger only, never published: it depends on private data): max individual cost per notion
+    and the number of users charged, from fixed-point rows."""
     out: dict = {}
     n_charged = int((costs > 0).any(axis=1).sum()) if costs.size else 0
     mx = costs.max(axis=0) if costs.size else np.zeros(len(COMPONENTS), dtype=np.int64)
@@ -46,8 +60,9 @@ class ReleaseRecord:
     start: float
     end: float
     values: dict
-    cost: dict
+    cost: dict  # published: a bound from public information
     meta: dict
+    realized: dict = None  # ledger only: max individual cost and users charged (private)
 
     @property
     def key(self) -> str:
@@ -56,7 +71,8 @@ class ReleaseRecord:
     @classmethod
     def build(cls, q, w, rel, costs: np.ndarray) -> "ReleaseRecord":
         return cls(query=q.id, kind=q.kind, epoch=w.epoch, t=w.t, seq=w.seq, start=w.start, end=w.end,
-                   values=rel.values, cost=cost_summary(costs), meta=dict(rel.meta))
+                   values=rel.values, cost=public_cost_dict(q.public_cost(rel), q.public_cost_basis),
+                   meta=dict(rel.meta), realized=cost_summary(costs))
 
     def to_dict(self) -> dict:
         return {
@@ -79,16 +95,17 @@ class ReleaseRecord:
         d = orjson.loads(b)
         w = d["window"]
         return cls(query=d["query"], kind=d["kind"], epoch=d["epoch"], t=w["t"], seq=w["seq"], start=w["start"],
-                   end=w["end"], values=d["values"], cost=d["cost"], meta=d.get("meta", {}))
+                   end=w["end"], values=d["values"], cost=d["cost"], meta=d.get("meta", {}), realized={})
 
     def ledger_entry(self) -> dict:
         e = {"type": "release", "key": self.key, "query": self.query, "kind": self.kind, "epoch": self.epoch,
              "window": self.t, "seq": self.seq}
+        realized = self.realized or {}
         for notion in NOTIONS:
-            if notion in self.cost:
-                for k, v in self.cost[notion].items():
+            if notion in realized:
+                for k, v in realized[notion].items():
                     e[f"{notion}_{k}_max"] = v
-        e["users_charged"] = self.cost.get("users_charged", 0)
+        e["users_charged"] = realized.get("users_charged", 0)
         for k, v in self.meta.items():
             if isinstance(v, (int, float, str, bool)):
                 e[k] = v

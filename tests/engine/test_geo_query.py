@@ -143,8 +143,8 @@ def test_known_costs_fixed_point_with_unit_conversion_and_gp():
     for r in recs:  # the output contract (the kind's schema once it exists, else the envelope)
         release_validator(r.kind).validate(orjson.loads(r.to_bytes()))
     by_q = {r.query: r for r in recs if r.t == 1}
-    assert by_q["cloud"].cost["cgp"]["rho"] == fixed_up(rho_m / c_bound("metres", US, 37.0) ** 2) / LOSS_SCALE
-    assert by_q["cloud"].cost["users_charged"] == 4
+    assert by_q["cloud"].realized["cgp"]["rho"] == fixed_up(rho_m / c_bound("metres", US, 37.0) ** 2) / LOSS_SCALE
+    assert by_q["cloud"].realized["users_charged"] == 4
 
 
 def test_events_without_loc_or_outside_region_charge_nothing():
@@ -161,7 +161,7 @@ def test_events_without_loc_or_outside_region_charge_nothing():
     # a window with nobody located: empty release, nobody charged
     e2, s2 = engine([GeoLocations("cloud", rho=1e-8, region=NYC)], Cost.cgp(1.0))
     r2 = run(e2, [ev("a", 1, None, ["x"])])
-    assert r2[0].values == {"points": [], "users": 0} and r2[0].cost["users_charged"] == 0
+    assert r2[0].values == {"points": [], "users": 0} and r2[0].realized["users_charged"] == 0
 
 
 @pytest.mark.parametrize("rule,expect", [("last", (40.70, -73.95)), ("first", (40.60, -74.10)),

@@ -77,8 +77,8 @@ def test_user_in_k_cells_pays_exactly_k_eps2_over_2(eps):
     w1, w2 = recs
     assert sorted(w1.values["cells"]) == ["0,0", "1,0", "5,-4"]
     assert w1.values["cells"]["0,0"]["users"] == 2 and w1.values["cells"]["0,0"]["samples"] == 3
-    assert w1.cost["users_charged"] == 2 and w1.cost["zcdp"]["rho"] == 3 * per_cell / LOSS_SCALE
-    assert w2.cost["users_charged"] == 1 and w2.cost["zcdp"]["rho"] == 2 * per_cell / LOSS_SCALE
+    assert w1.realized["users_charged"] == 2 and w1.realized["zcdp"]["rho"] == 3 * per_cell / LOSS_SCALE
+    assert w2.realized["users_charged"] == 1 and w2.realized["zcdp"]["rho"] == 2 * per_cell / LOSS_SCALE
 
 
 def test_item_cells_use_the_first_item_and_charge_per_category():
@@ -159,7 +159,7 @@ def test_min_users_suppresses_small_cells_and_nobody_pays_for_them():
     w1, w2 = recs
     assert list(w1.values["cells"]) == ["0,0"] and w1.meta == {"selected": 1, "suppressed": 3}
     assert int(store.get_user("lone").spent[0]) == 0
-    assert w1.cost["zcdp"]["rho"] == per / LOSS_SCALE and w1.cost["users_charged"] == 3  # h: 1 cell, not 3
+    assert w1.realized["zcdp"]["rho"] == per / LOSS_SCALE and w1.realized["users_charged"] == 3  # h: 1 cell, not 3
     # window 2: h pays for 0,0 only (2·per ≤ 3·per in total: not halted), 0,0 is released with 3 users
     assert list(w2.values["cells"]) == ["0,0"] and w2.values["cells"]["0,0"]["users"] == 3
     assert w2.meta == {"selected": 1, "suppressed": 2}
@@ -182,7 +182,7 @@ def test_min_users_cell_emptied_by_a_halt_is_not_released_and_its_users_are_sett
     assert w1.values["cells"]["0,0"]["users"] == 3
     assert store.get_user("h").halted
     assert w2.values["cells"] == {} and w2.meta == {"selected": 0, "suppressed": 1}
-    assert w2.cost["users_charged"] == 0
+    assert w2.realized["users_charged"] == 0
     assert int(store.get_user("a1").spent[0]) == 0 and int(store.get_user("a2").spent[0]) == 0
     assert not store.get_user("a1").halted
     assert int(store.get_user("x1").spent[0]) == per
@@ -352,7 +352,7 @@ def test_records_follow_the_release_schema():
         v.validate(json.loads(r.to_bytes()))
     a = recs[0].values["cells"]["A"]
     assert {"mean", "estimator", "users", "samples", "noise_scale", "m_ub", "arrays", "interval"} <= set(a)
-    assert recs[1].values == {"cells": {}} and recs[1].cost["users_charged"] == 0
+    assert recs[1].values == {"cells": {}} and recs[1].realized["users_charged"] == 0
     # publish_counts = false: only the mean and the estimator
     q2 = GridMeans("g", epsilon=1.0, upper=10.0, estimator="levy", cells="item", publish_counts=False)
     e2, _ = engine([q2], Cost.zcdp(1e6, 1.0))

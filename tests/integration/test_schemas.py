@@ -20,7 +20,7 @@ from kafka_helpers import malformed_events, produce, read_topic, service_config,
 COUNTS = {"schema_version": 1, "key": "q/0/3", "query": "q", "kind": "continual_counts", "epoch": 0,
           "window": {"t": 3, "seq": 3, "start": 0.0, "end": 10.0},
           "values": {"counts": {"a": 12, "b": -1}, "new_items": ["b"], "threshold": 9.5},
-          "cost": {"users_charged": 4, "zcdp": {"rho": 0.5, "delta": 1e-6}}, "meta": {"selected": 2}}
+          "cost": {"basis": "per user, this release", "zcdp": {"rho": 0.5, "delta": 1e-6}}, "meta": {"selected": 2}}
 TOPK = {**COUNTS, "key": "k/1/2", "query": "k", "kind": "top_k", "epoch": 1,
         "values": {"items": ["a", None], "bottom": True, "k_star": 10, "pwyg_used": 2, "stopped": False}}
 

@@ -182,6 +182,13 @@ class KNNPoint(_PointQueries):
 
 # ------------------------------------------------------------------------------------------- threshold (zCDP)
 class ThresholdCount(WindowQuery):
+    public_cost_basis = "per user present in a window with a registered threshold query"
+
+    def public_cost(self, rel):
+        if rel.values.get("query_index") is None:
+            return Cost()
+        return Cost.zcdp(self.rho)
+
     """Kind ``threshold_count``: at window θ_l, is the number |H| of users with item I_l in the window < T_l?
 
     000 App. C, Alg. 9, central model: PIE-NI on the single count |H| (sensitivity 1 in one user's presence) with

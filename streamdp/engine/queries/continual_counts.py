@@ -78,6 +78,11 @@ class ContinualCounts(WindowQuery):
         }
         return QueryRelease(values=values, meta={"selected": int(sel.size), "new_selected": len(values["new_items"])})
 
+    public_cost_basis = "per user, this window: at most max_items_per_window first contributions"
+
+    def public_cost(self, rel):
+        return self.item_cost * self.bounder.delta0
+
     def state(self) -> dict:
         return {"tree": self.tree.to_bytes(), "bounder": self.bounder.state()}
 

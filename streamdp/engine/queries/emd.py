@@ -150,6 +150,11 @@ def _admitted_reserved(res: Reservation, users: np.ndarray) -> tuple[np.ndarray,
 
 
 class EMDLinear(WindowQuery):
+    public_cost_basis = "per user with items in the domain, this window"
+
+    def public_cost(self, rel):
+        return self.cost
+
     """Central PrivEMDLinear over users' windowed multisets (module notes; 004 Alg. 1, Thm 4.1, Lemma 4.2)."""
 
     kind = "emd_linear"
@@ -251,6 +256,11 @@ class EMDLinear(WindowQuery):
 
 
 class EMDFrequency(WindowQuery):
+    public_cost_basis = "per user with items in the domain, this window (at max_items items)"
+
+    def public_cost(self, rel):
+        return self.cost(self.max_items)
+
     """FreqEstLocal with the clustered k-RR over users' windowed multisets (module notes; 004 Alg. 2/4, §6.2)."""
 
     kind = "emd_frequency"

@@ -224,6 +224,11 @@ def user_locations(w: WindowData, frame: PlanarFrame, rule: str) -> tuple[np.nda
 class _GeoQuery(WindowQuery):
     """Shared prepare/release plumbing: every located user pays the same ``self.cost`` (canonical units)."""
 
+    public_cost_basis = "per located user, this window (ρ per m² of great-circle distance)"
+
+    def public_cost(self, rel):
+        return self.cost
+
     notion = "cgp"
 
     def __init__(self, query_id: str, *, units: str, region, ref_lat: float | None, location: str) -> None:

@@ -289,6 +289,11 @@ class GridMeans(WindowQuery):
         return d
 
     # ------------------------------------------------------------------------------------------ state
+    public_cost_basis = "per user, per (cell, window) released in which the user has values (002 Thm II.3)"
+
+    def public_cost(self, rel):
+        return self.cell_cost
+
     def state(self) -> dict:
         return {}  # stateless across windows: every (cell, window) is released once, from its own data
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from streamdp.accounting.cgp import convert_cgp_rho, metres_per_unit
-from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, N_COMPONENTS, budget_to_fixed, cost_to_fixed
+from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, N_COMPONENTS, Cost, budget_to_fixed, cost_to_fixed
 from streamdp.engine.queries.geo import CANONICAL_CGP_UNIT, PlanarFrame
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.adaptive.pie import MAX_ROUNDS, privacy_savings
@@ -269,6 +269,13 @@ def window_locations(w: WindowData, coords: Coordinates, rule: str) -> tuple[np.
 
 # --------------------------------------------------------------------------------------- the shared machinery
 class SequentialAdaptiveQuery(WindowQuery):
+    public_cost_basis = "per user over the whole sequence of registered queries (ρ per m²; Alg. 3 allocates it)"
+
+    def public_cost(self, rel):
+        if rel.values.get("query_index") is None:
+            return Cost()
+        return Cost.cgp(self.budget_canonical / LOSS_SCALE)
+
     """m sequential local-model CGP queries bound to windows, budgeted per user by 000 Alg. 3 (module notes).
 
     Subclasses implement :meth:`_run` (one query on the admitted users' planar locations with per-user budgets

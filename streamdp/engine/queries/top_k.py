@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamdp.accounting.cost import Cost
 from streamdp.bounding.contribution import pair_keys
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.pay_what_you_get import PayWhatYouGet
@@ -58,6 +59,12 @@ class TopK(WindowQuery):
                   "pwyg_used": self.pwyg.used, "k_star": self.pwyg.k_star}
         return QueryRelease(values=values, users=users, actual=actual,
                             meta={"pwyg_used": self.pwyg.used, "items_returned": n})
+
+    public_cost_basis = "per user present in this window: |I(i)|·ε²/8 and δ (pay-what-you-get, 001 Thm 10)"
+
+    def public_cost(self, rel):
+        n = rel.meta.get("items_returned", 0)
+        return self.pwyg.call_cost(n) if n else Cost()
 
     def state(self) -> dict:
         return {"pwyg": self.pwyg.state()}
