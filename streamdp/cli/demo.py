@@ -122,15 +122,20 @@ def run_demo(args) -> int:
 
     def on_window(s) -> None:
         sel = {r.query: r.meta.get("selected") for r in s.records if "selected" in r.meta}
-        rho = max((r.cost.get("zcdp", {}).get("rho", 0.0) for r in s.records), default=0.0)
+        # operator's view (ledger): the realised max individual charge of this window, summed over queries
+        rho = sum((r.realized or {}).get("zcdp", {}).get("rho", 0.0) for r in s.records)
+        cgp = sum((r.realized or {}).get("cgp", {}).get("rho", 0.0) for r in s.records)
+        emd = sum((r.realized or {}).get("emd", {}).get("alpha", 0.0) for r in s.records)
         row = {"seq": s.seq, "epoch": s.epoch, "t": s.t, "start": s.start, "events": s.events, "users": s.users,
                "admitted": s.admitted, "refused": s.refused, "selected": sel, "rho_max": rho,
+               "cgp_rho_max": cgp, "emd_alpha_max": emd,
                "close_ms": round(s.seconds * 1e3, 2)}
         rows.append(row)
         if not quiet:
             sel_s = " ".join(f"{k}={v}" for k, v in sel.items())
             bar.write(f"window {s.seq:4d} {_fmt_day(s.start, ws)}  events {s.events:6d}  users {s.users:5d}  "
-                      f"admitted {s.admitted:5d}  halted {s.refused:4d}  selected {sel_s}  max ρ {rho:.3f}")
+                      f"admitted {s.admitted:5d}  halted {s.refused:4d}  selected {sel_s}  max ρ {rho:.3f}"
+                      + (f"  max cgp ρ {cgp:.3g}/m²" if cgp else "") + (f"  max α {emd:.3g}" if emd else ""))
 
     pipe = EmbeddedPipeline(engine, [sink], on_window=on_window)
     t0 = time.perf_counter()
