@@ -136,6 +136,10 @@ def run_demo(args) -> int:
             bar.write(f"window {s.seq:4d} {_fmt_day(s.start, ws)}  events {s.events:6d}  users {s.users:5d}  "
                       f"admitted {s.admitted:5d}  halted {s.refused:4d}  selected {sel_s}  max ρ {rho:.3f}"
                       + (f"  max cgp ρ {cgp:.3g}/m²" if cgp else "") + (f"  max α {emd:.3g}" if emd else ""))
+            for r in s.records:
+                line = _detail_line(r)
+                if line:
+                    bar.write(f"    {r.query}: {line}")
 
     pipe = EmbeddedPipeline(engine, [sink], on_window=on_window)
     t0 = time.perf_counter()
@@ -172,6 +176,23 @@ def run_demo(args) -> int:
     if cfg.service["unsafe_test_seed"] is not None:
         print("WARNING: unsafe test seed in use — these releases are NOT differentially private", file=sys.stderr)
     return 0
+
+
+def _detail_line(r) -> str | None:
+    """A second line per window for the kinds whose release is short enough to show (top-k list, range answers)."""
+    v = r.values
+    if r.kind == "top_k":
+        if v.get("stopped") and not v.get("items"):
+            return None
+        items = ", ".join("⊥" if x is None else x for x in v.get("items", []))
+        return f"top-{len(v.get('items', []))} [{items}]  (PWYG {v.get('pwyg_used')}/{v.get('k_star')})"
+    if r.kind in ("range_counts", "kde_point", "knn_point", "threshold_count"):
+        if v.get("query_index") is None:
+            return None
+        keys = [k for k in ("estimate", "answer", "distances", "users", "eliminated_early", "privacy_savings")
+                if k in v]
+        return "  ".join(f"{k} {v[k]:.3g}" if isinstance(v[k], float) else f"{k} {v[k]}" for k in keys)
+    return None
 
 
 def _true_running_counts(events: list[bytes], cfg, query_id: str) -> tuple[dict, dict]:
