@@ -1,7 +1,9 @@
 """The output contract: one record per (query, epoch, window) (DESIGN.md §1 "Subscribers").
 
 Every record carries the schema version, query id and kind, epoch, window [start, end), the released values and the
-privacy cost of this release: per notion the maximum individual cost over users and the number of users charged.
+privacy cost of this release as a bound from PUBLIC information only (per notion the most any single user can be
+charged, and its basis). The realised costs — the maximum individual charge and the number of users charged — depend
+on private data and are kept in the ledger only.
 Records are keyed by ``query/epoch/window`` (the idempotency key of the release log and the Kafka record key).
 JSON Schemas for every kind live in ``streamdp/schemas/``.
 """

@@ -31,6 +31,8 @@ def validator(name: str):
 
 
 def release_validator(kind: str):
-    """The kind's validator, or the envelope's when the kind has no schema of its own."""
+    """The kind's validator (every registered kind has a schema; a missing one is an error, not a fallback)."""
     name = f"{kind}.schema.json"
-    return validator(name if os.path.exists(os.path.join(SCHEMA_DIR, name)) else "release.schema.json")
+    if not os.path.exists(os.path.join(SCHEMA_DIR, name)):
+        raise KeyError(f"no JSON Schema for query kind {kind!r} in {SCHEMA_DIR}")
+    return validator(name)

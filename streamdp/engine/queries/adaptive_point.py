@@ -199,8 +199,8 @@ class ThresholdCount(WindowQuery):
 
     Cost (``threshold_cost``): every user with an event in the window reserves ρ (zCDP, δ = 0) and is settled
     to the executed rounds Σ_{s ≤ ĵ} ρ_s (Bun–Steinke Prop. 1.6 per round, composed inside the filter, 000
-    Thm 4.4) — users without the item too, although |H| does not depend on them: the record's
-    ``cost.users_charged`` is published, and charging only the users in H would publish |H| exactly.
+    Thm 4.4) — users without the item too, although |H| does not depend on them: whom a release charges must
+    not depend on the private count (the operator's ledger and the budget CLI would reveal |H| exactly).
     """
 
     kind = "threshold_count"
