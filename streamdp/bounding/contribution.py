@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamdp.arrays import unique_sorted
+
 _SHIFT = np.int64(32)
 
 
@@ -61,7 +63,7 @@ class ContributionBounder:
 
     def bound(self, user_ids: np.ndarray, item_ids: np.ndarray, rng: np.random.Generator) -> BoundedWindow:
         """Bound one window's raw (user, item) occurrences (duplicates allowed)."""
-        keys = np.unique(pair_keys(user_ids, item_ids))  # distinct pairs, sorted by user then item
+        keys = unique_sorted(pair_keys(user_ids, item_ids))  # distinct pairs, sorted by user then item
         n_raw = keys.size
         prior = self._count_of(keys)
         keys = keys[prior < self.cap]
@@ -82,7 +84,7 @@ class ContributionBounder:
 
     def commit(self, user_ids: np.ndarray, item_ids: np.ndarray) -> None:
         """Record admitted contributions (distinct pairs) in the epoch counters."""
-        keys = np.unique(pair_keys(user_ids, item_ids))
+        keys = unique_sorted(pair_keys(user_ids, item_ids))
         if keys.size == 0:
             return
         if self._keys.size == 0:
@@ -92,12 +94,11 @@ class ContributionBounder:
         pos_c = np.minimum(pos, self._keys.size - 1)
         hit = self._keys[pos_c] == keys
         self._counts[pos_c[hit]] += 1
-        new = keys[~hit]
+        new = keys[~hit]  # sorted and disjoint from the stored keys: merge in O(P) instead of re-sorting
         if new.size:
-            allk = np.concatenate([self._keys, new])
-            allc = np.concatenate([self._counts, np.ones(new.size, dtype=np.uint16)])
-            order = np.argsort(allk, kind="stable")
-            self._keys, self._counts = allk[order], allc[order]
+            at = pos[~hit]
+            self._keys = np.insert(self._keys, at, new)
+            self._counts = np.insert(self._counts, at, np.ones(new.size, dtype=np.uint16))
 
     @property
     def n_pairs(self) -> int:

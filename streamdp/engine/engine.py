@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from streamdp.arrays import unique_sorted
 from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, SCALES
 from streamdp.engine import state_codec
 from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
@@ -252,8 +253,8 @@ class ReleaseEngine:
                 bind(self.items)
         reservations = [q.prepare(w, self.rng) for q in self.queries]
         # 2. one atomic admit for all users with data in this window
-        present = np.unique(w.user_ids)
-        all_users = np.unique(np.concatenate([present] + [r.users for r in reservations]))
+        present = unique_sorted(w.user_ids)
+        all_users = unique_sorted(np.concatenate([present] + [r.users for r in reservations]))
         total = np.zeros((all_users.size, N_COMPONENTS), dtype=np.int64)
         for r in reservations:
             if r.users.size:

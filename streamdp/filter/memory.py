@@ -120,16 +120,18 @@ class MemoryBudgetStore(BudgetStore):
 
     def _ids(self, users: Sequence[str]) -> np.ndarray:
         index = self._index
-        out = np.empty(len(users), dtype=np.int64)
-        for i, u in enumerate(users):
-            j = index.get(u)
-            if j is None:
-                j = len(self._names)
-                index[u] = j
-                self._names.append(u)
-            out[i] = j
-        self._grow(len(self._names))
-        return out
+        found = list(map(index.get, users))  # one C-level pass; new users are the rare case
+        if None in found:
+            for i, u in enumerate(users):
+                if found[i] is None:
+                    j = index.get(u)  # a name repeated among the new ones
+                    if j is None:
+                        j = len(self._names)
+                        index[u] = j
+                        self._names.append(u)
+                    found[i] = j
+            self._grow(len(self._names))
+        return np.array(found, dtype=np.int64)
 
     def _scope(self, scope: str) -> _ScopeState:
         s = self._scopes.get(scope)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamdp.arrays import unique_sorted
 from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, Cost
 from streamdp.engine.queries.range_counts import (
     BETA0_FRACTION,
@@ -237,7 +238,7 @@ class ThresholdCount(WindowQuery):
         l = self._index.get(w.seq)
         if l is None or w.n_events == 0:
             return Reservation.empty()
-        users = np.unique(w.user_ids)
+        users = unique_sorted(w.user_ids)
         return Reservation(users, np.tile(self._reserve, (users.size, 1)))
 
     def _counted(self, w: WindowData, users: np.ndarray, item: str, items: Names) -> np.ndarray:

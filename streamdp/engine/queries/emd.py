@@ -41,6 +41,7 @@ import math
 
 import numpy as np
 
+from streamdp.arrays import unique_sorted
 from streamdp.accounting.cost import N_COMPONENTS, Cost
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.emd.freq_est import ClusteredKRR, apply_clustered_inverse
@@ -211,7 +212,7 @@ class EMDLinear(WindowQuery):
         if users.size == 0:
             return Reservation.empty()
         rows = self.items.rows(item_ids)
-        present = np.unique(users[rows != _OUTSIDE])  # featured, or not resolvable yet (worst case: featured)
+        present = unique_sorted(users[rows != _OUTSIDE])  # featured, or not resolvable yet (worst case: featured)
         if present.size == 0:
             return Reservation.empty()
         return Reservation(present, np.tile(self._cost_fixed, (present.size, 1)))

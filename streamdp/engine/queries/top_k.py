@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamdp.arrays import unique_sorted
 from streamdp.accounting.cost import Cost
 from streamdp.bounding.contribution import pair_keys
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
@@ -35,8 +36,8 @@ class TopK(WindowQuery):
         users, items = w.item_pairs()
         if users.size == 0 or self.pwyg.exhausted:
             return Reservation.empty()
-        keys = np.unique(pair_keys(users, items))  # ≤ 1 per (user, item)
-        present = np.unique(keys >> np.int64(32))
+        keys = unique_sorted(pair_keys(users, items))  # ≤ 1 per (user, item)
+        present = unique_sorted(keys >> np.int64(32))
         cost = self.pwyg.reserve_cost(self.k).to_fixed()
         return Reservation(present, np.tile(cost, (present.size, 1)), private=keys)
 
