@@ -9,7 +9,8 @@
 
 State: the per-(user, item) counters of the current epoch as a sorted int64 key array (user_id·2³² + item_id) with a
 parallel uint16 count array — vectorised lookups with ``np.searchsorted``, merged once per window. ``commit`` must
-be called with the *admitted* pairs only, after the filter has answered.
+be called with the *admitted* pairs only, after the filter has answered (``commit_bounded`` reuses ``bound``'s
+search).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ class BoundedWindow:
     item_ids: np.ndarray  # int64
     first: np.ndarray  # bool: the user's first contribution to this item in the epoch (the costly one)
     dropped_pairs: int  # pairs removed by the Δ0 subset or the C cap
+    # where the kept pairs sit in the epoch counters as bound() found them (commit_bounded reuses the search)
+    keys: np.ndarray | None = None  # int64 sorted pair keys of the kept pairs
+    pos: np.ndarray | None = None  # int64 insertion positions in the counters (None: counters were empty)
+    hit: np.ndarray | None = None  # bool: the pair is in the counters
+    version: object = None  # the counters' version at bound() time
 
 
 class ContributionBounder:
@@ -45,42 +51,70 @@ class ContributionBounder:
             raise ValueError("max_per_item (C) must be in 1..65535")
         self.delta0 = int(max_items_per_window)
         self.cap = int(max_per_item)
-        self._keys = np.zeros(0, dtype=np.int64)
-        self._counts = np.zeros(0, dtype=np.uint16)
+        self._set(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), ones=True)
+
+    def _set(self, keys: np.ndarray, counts: np.ndarray, ones: bool | None = None) -> None:
+        self._keys, self._counts = keys, counts
+        # every count is 1 (always so with C = 1): a merge then needs no gather of the old counts
+        self._ones = bool((counts == 1).all()) if ones is None else ones
+        self._version = object()  # a new token at every change of the counters (BoundedWindow.version)
 
     def reset(self) -> None:
         """A new epoch: counters restart with the tree."""
-        self._keys = np.zeros(0, dtype=np.int64)
-        self._counts = np.zeros(0, dtype=np.uint16)
+        self._set(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), ones=True)
 
-    def _count_of(self, keys: np.ndarray) -> np.ndarray:
-        if self._keys.size == 0:
-            return np.zeros(keys.shape, dtype=np.int64)
+    def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(insertion position, present) of the sorted ``keys`` in the counters (non-empty)."""
         pos = np.searchsorted(self._keys, keys)
-        pos_c = np.minimum(pos, self._keys.size - 1)
-        hit = self._keys[pos_c] == keys
-        return np.where(hit, self._counts[pos_c].astype(np.int64), 0)
+        hit = self._keys[np.minimum(pos, self._keys.size - 1)] == keys
+        return pos, hit
 
     def bound(self, user_ids: np.ndarray, item_ids: np.ndarray, rng: np.random.Generator) -> BoundedWindow:
         """Bound one window's raw (user, item) occurrences (duplicates allowed)."""
         keys = unique_sorted(pair_keys(user_ids, item_ids))  # distinct pairs, sorted by user then item
         n_raw = keys.size
-        prior = self._count_of(keys)
-        keys = keys[prior < self.cap]
-        prior = prior[prior < self.cap]
+        if self._keys.size:
+            pos, hit = self._find(keys)
+            if self._ones:  # every stored count is 1: the prior count is the hit itself
+                if self.cap == 1:  # ... and every hit is at C: the live pairs are the misses
+                    live = ~hit
+                    keys, pos = keys[live], pos[live]
+                    prior, hit = np.zeros(keys.size, dtype=np.int64), np.zeros(keys.size, dtype=bool)
+                else:
+                    prior = hit.astype(np.int64)  # 1 < C: every pair is live
+            else:
+                prior = np.zeros(keys.size, dtype=np.int64)
+                prior[hit] = self._counts[pos[hit]]
+                live = prior < self.cap
+                if not live.all():
+                    keys, prior, pos, hit = keys[live], prior[live], pos[live], hit[live]
+        else:  # empty counters (the first window of an epoch): nothing to look up
+            pos = hit = None
+            prior = np.zeros(keys.size, dtype=np.int64)
         users = keys >> _SHIFT
         # Δ0 distinct items per user: uniform random subset (random priority, keep the Δ0 smallest per user)
         if keys.size:
-            _, starts, counts = np.unique(users, return_index=True, return_counts=True)
-            if counts.max() > self.delta0:
-                prio = rng.random(keys.size)
-                order = np.lexsort((prio, users))  # users sorted, random order within each user
-                rank = np.empty(keys.size, dtype=np.int64)
-                rank[order] = np.arange(keys.size) - np.repeat(starts, counts)
-                keep = rank < self.delta0
+            starts = np.flatnonzero(np.concatenate(([True], users[1:] != users[:-1])))  # users are sorted
+            counts = np.diff(np.append(starts, keys.size))
+            over = counts > self.delta0
+            if over.any():
+                prio = rng.random(keys.size)  # one draw per kept pair, in key order
+                # ranks matter only within users over Δ0 (the others keep everything): sort just their pairs,
+                # by user then priority (lexsort is stable: the same ranks as sorting all pairs)
+                sub = np.flatnonzero(np.repeat(over, counts))
+                sub_counts = counts[over]
+                sub_starts = np.concatenate(([0], np.cumsum(sub_counts)[:-1]))
+                order = np.lexsort((prio[sub], users[sub]))
+                rank = np.empty(sub.size, dtype=np.int64)
+                rank[order] = np.arange(sub.size) - np.repeat(sub_starts, sub_counts)
+                keep = np.ones(keys.size, dtype=bool)
+                keep[sub] = rank < self.delta0
                 keys, prior, users = keys[keep], prior[keep], users[keep]
+                if pos is not None:
+                    pos, hit = pos[keep], hit[keep]
         items = keys & np.int64(0xFFFFFFFF)
-        return BoundedWindow(user_ids=users, item_ids=items, first=prior == 0, dropped_pairs=int(n_raw - keys.size))
+        return BoundedWindow(user_ids=users, item_ids=items, first=prior == 0, dropped_pairs=int(n_raw - keys.size),
+                             keys=keys, pos=pos, hit=hit, version=self._version)
 
     def commit(self, user_ids: np.ndarray, item_ids: np.ndarray) -> None:
         """Record admitted contributions (distinct pairs) in the epoch counters."""
@@ -88,17 +122,55 @@ class ContributionBounder:
         if keys.size == 0:
             return
         if self._keys.size == 0:
-            self._keys, self._counts = keys, np.ones(keys.size, dtype=np.uint16)
+            self._set(keys, np.ones(keys.size, dtype=np.uint16), ones=True)
             return
-        pos = np.searchsorted(self._keys, keys)
-        pos_c = np.minimum(pos, self._keys.size - 1)
-        hit = self._keys[pos_c] == keys
-        self._counts[pos_c[hit]] += 1
-        new = keys[~hit]  # sorted and disjoint from the stored keys: merge in O(P) instead of re-sorting
-        if new.size:
-            at = pos[~hit]
-            self._keys = np.insert(self._keys, at, new)
-            self._counts = np.insert(self._counts, at, np.ones(new.size, dtype=np.uint16))
+        pos, hit = self._find(keys)
+        self._merge(keys, pos, hit)
+
+    def commit_bounded(self, b: BoundedWindow, keep: np.ndarray) -> None:
+        """``commit(b.user_ids[keep], b.item_ids[keep])`` for a bool mask ``keep`` (the admitted pairs of a
+        window bounded by this bounder), reusing bound()'s search when the counters have not changed since."""
+        keep = np.asarray(keep)
+        if keep.dtype != bool or keep.shape != b.user_ids.shape:
+            raise ValueError("keep must be a bool mask over the bounded pairs")
+        if b.keys is None or b.version is not self._version:
+            self.commit(b.user_ids[keep], b.item_ids[keep])
+            return
+        everyone = bool(keep.all())
+        keys = b.keys if everyone else b.keys[keep]
+        if keys.size == 0:
+            return
+        if b.pos is None:  # the counters were (and still are) empty
+            self._set(keys, np.ones(keys.size, dtype=np.uint16), ones=True)
+            return
+        self._merge(keys, b.pos if everyone else b.pos[keep], b.hit if everyone else b.hit[keep])
+
+    def _merge(self, keys: np.ndarray, pos: np.ndarray, hit: np.ndarray) -> None:
+        """Count the sorted distinct ``keys`` once more: ``hit`` marks those in the counters (at ``pos``); the
+        others are new (``pos``: their insertion points)."""
+        counts, ones = self._counts, self._ones
+        if hit.any():
+            counts[pos[hit]] += 1
+            ones = False
+        new = keys[~hit]  # sorted and disjoint from the stored keys
+        if not new.size:
+            self._set(self._keys, counts, ones)
+            return
+        # merge in O(P) instead of re-sorting: new key j goes to its insertion point + j, old keys fill the rest
+        n = self._keys.size + new.size
+        dst = pos[~hit] + np.arange(new.size)
+        old_at = np.ones(n, dtype=bool)
+        old_at[dst] = False
+        merged = np.empty(n, dtype=np.int64)
+        merged[dst] = new
+        merged[old_at] = self._keys
+        if ones:
+            mc = np.ones(n, dtype=np.uint16)
+        else:
+            mc = np.empty(n, dtype=np.uint16)
+            mc[dst] = 1
+            mc[old_at] = counts
+        self._set(merged, mc, ones)
 
     @property
     def n_pairs(self) -> int:
@@ -110,6 +182,5 @@ class ContributionBounder:
     @classmethod
     def from_state(cls, d: dict) -> "ContributionBounder":
         b = cls(int(d["delta0"]), int(d["cap"]))
-        b._keys = np.asarray(d["keys"], dtype=np.int64)
-        b._counts = np.asarray(d["counts"], dtype=np.uint16)
+        b._set(np.asarray(d["keys"], dtype=np.int64), np.asarray(d["counts"], dtype=np.uint16))
         return b

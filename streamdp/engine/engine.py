@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from streamdp.arrays import unique_sorted
+from streamdp.arrays import put_rows, take_rows, unique_sorted
 from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, SCALES
 from streamdp.engine import state_codec
 from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
@@ -258,28 +258,44 @@ class ReleaseEngine:
         total = np.zeros((all_users.size, N_COMPONENTS), dtype=np.int64)
         for r in reservations:
             if r.users.size:
-                np.add.at(total, np.searchsorted(all_users, r.users), r.costs)
-        names = self.users.names(all_users)
-        mask = self.store.admit(self.config.scope, seq, names, total)
+                _add_rows(total, all_users, r.users, r.costs, subset=True)
+        admit_ids = getattr(self.store, "admit_ids", None)
+        if admit_ids is not None:  # the store sees the engine's ids and name table (BudgetStore.admit_ids)
+            mask = admit_ids(self.config.scope, seq, all_users, total, self.users)
+        else:
+            mask = self.store.admit(self.config.scope, seq, self.users.names(all_users), total)
+        everyone = bool(mask.all())
         admitted = np.zeros(len(self.users), dtype=bool)
-        admitted[all_users[mask]] = True
-        n_refused = int((~mask).sum())
-        self.counters.dropped_halted_events += int((~admitted[w.user_ids]).sum()) if w.user_ids.size else 0
+        admitted[all_users if everyone else all_users[mask]] = True
+        n_refused = int(mask.size - np.count_nonzero(mask))
+        if not everyone and w.user_ids.size:
+            self.counters.dropped_halted_events += int((~admitted[w.user_ids]).sum())
         # 3. release from admitted users only (advances query state)
         releases: list[QueryRelease] = []
         for q, r in zip(self.queries, reservations):
             releases.append(q.release(w, r, admitted, self.rng, self.items))
         # 4. records → release log (idempotency key); conflicts are fatal
         records: list[ReleaseRecord] = []
-        actual_total = np.zeros_like(total)
+        actual_total = None  # None while every release charged exactly its admitted reservation
+        charged: list[tuple[np.ndarray, np.ndarray]] = []  # (users, costs) summed so far while None
         for q, r, rel in zip(self.queries, reservations, releases):
-            users = rel.users if rel.actual is not None else r.users[admitted[r.users]] if r.users.size else r.users
-            if rel.actual is not None:
-                costs = rel.actual
+            if everyone or not r.users.size:
+                users, costs = r.users, r.costs
             else:
-                costs = r.costs[admitted[r.users]] if r.users.size else r.costs
-            if users.size:
-                np.add.at(actual_total, np.searchsorted(all_users, users), costs)
+                keep = admitted[r.users]
+                users, costs = r.users[keep], r.costs[keep]
+            if rel.actual is not None:
+                if actual_total is None and not (np.array_equal(rel.users, users)
+                                                 and np.array_equal(rel.actual, costs)):
+                    actual_total = np.zeros_like(total)
+                    for u, c in charged:
+                        if u.size:
+                            _add_rows(actual_total, all_users, u, c, subset=True)
+                users, costs = rel.users, rel.actual
+            if actual_total is None:
+                charged.append((users, costs))
+            elif users.size:
+                _add_rows(actual_total, all_users, users, costs, subset=rel.actual is None)
             rec = ReleaseRecord.build(q, w, rel, costs)
             body = rec.to_bytes()
             stored = self.store.put_release(rec.key, body)
@@ -289,9 +305,13 @@ class ReleaseEngine:
                     "with it instead of recomputing (fresh noise must never be published for the same quantity)")
             records.append(rec)
         # 5. settle reservations to the actual costs; ledger
-        adm_idx = np.flatnonzero(mask)
+        adm_idx = np.flatnonzero(mask) if actual_total is not None else mask[:0]  # nothing to settle if None
         if adm_idx.size and (actual_total[adm_idx] != total[adm_idx]).any():
-            self.store.settle(self.config.scope, seq, [names[i] for i in adm_idx], actual_total[adm_idx])
+            if admit_ids is not None:
+                self.store.settle_ids(self.config.scope, seq, all_users[adm_idx], actual_total[adm_idx], self.users)
+            else:
+                self.store.settle(self.config.scope, seq, self.users.names(all_users[adm_idx]),
+                                  actual_total[adm_idx])
         for rec in records:
             self.store.append_ledger(rec.ledger_entry())
         self._buffers.pop(seq, None)
@@ -299,11 +319,12 @@ class ReleaseEngine:
         c = self.counters
         c.windows_closed += 1
         c.releases += len(records)
-        c.admitted_users += int(mask.sum())
+        n_admitted = int(mask.size) - n_refused
+        c.admitted_users += n_admitted
         c.halted_users += n_refused
         c.last_close_seconds = dt
         return WindowSummary(seq=seq, epoch=w.epoch, t=w.t, start=w.start, end=w.end, events=w.n_events,
-                             users=int(present.size), admitted=int(mask.sum()), refused=n_refused,
+                             users=int(present.size), admitted=n_admitted, refused=n_refused,
                              records=records, seconds=dt)
 
     # ---- snapshot ------------------------------------------------------------------------------------------
@@ -343,6 +364,24 @@ class ReleaseEngine:
         self.counters = EngineCounters(**st["counters"])
         if st["rng"] is not None:
             self.rng.bit_generator.state = st["rng"]
+
+
+def _add_rows(total: np.ndarray, all_users: np.ndarray, users: np.ndarray, costs: np.ndarray,
+              subset: bool) -> None:
+    """``total[row of u in the sorted all_users] += cost`` for every (u, cost): what ``np.add.at`` over
+    ``searchsorted`` positions computes, without its per-element dispatch when the positions are distinct (queries
+    hand over sorted distinct users). ``subset``: ``users ⊆ all_users`` is known (then sorted distinct users as
+    many as ``all_users`` ARE ``all_users`` and need no search)."""
+    if subset and users.size == all_users.size and (users.size < 2 or bool((users[1:] > users[:-1]).all())):
+        total += costs
+        return
+    pos = np.searchsorted(all_users, users)
+    if pos.size < 2 or bool((pos[1:] > pos[:-1]).all()):
+        rows = take_rows(total, pos)
+        rows += costs  # in place: the casting rules of ``total[pos] += costs``
+        put_rows(total, pos, rows)  # distinct rows: the same sums as np.add.at
+    else:
+        np.add.at(total, pos, costs)
 
 
 def cost_columns() -> list[tuple[str, int]]:

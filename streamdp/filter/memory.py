@@ -15,6 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from streamdp.accounting.cost import INT64_MAX, N_COMPONENTS
+from streamdp.arrays import put_rows, rows_all, rows_any_nonzero, take_rows
 from streamdp.filter.store import BudgetStore, UserBudget, as_cost_matrix
 
 _NO_SEQ = np.iinfo(np.int64).min
@@ -71,6 +72,25 @@ def ledger_entry_json(entry: dict) -> str:
         raise ValueError(f"ledger entry must be JSON-serialisable: {err}") from None
 
 
+def check_user_ids(user_ids, n_names: int) -> np.ndarray:
+    """Ids into a name table of ``n_names`` names: a 1-D integer array with values in [0, n_names)."""
+    arr = np.asarray(user_ids)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ValueError(f"user_ids must be a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and (arr.min() < 0 or arr.max() >= n_names):
+        raise ValueError(f"user_ids must lie in [0, {n_names}) (ids of the name table)")
+    return arr
+
+
+def distinct(a: np.ndarray) -> bool:
+    """No value of the 1-D array ``a`` repeats (O(n) when ``a`` is increasing, as the engine's batches are)."""
+    if a.size < 2 or bool((a[1:] > a[:-1]).all()):
+        return True
+    b = np.sort(a)
+    return not bool((b[1:] == b[:-1]).any())
+
+
 class _ScopeState:
     __slots__ = ("last_seq", "last_ok", "reserved", "open")
 
@@ -92,7 +112,8 @@ class MemoryBudgetStore(BudgetStore):
     def __init__(self, default_budget: np.ndarray | None = None, path: str | None = None) -> None:
         self._default = (np.zeros(N_COMPONENTS, dtype=np.int64) if default_budget is None
                          else check_budget(default_budget, "default_budget"))
-        self._index: dict[str, int] = {}
+        self._index_: dict[str, int] = {}  # name → store id for _names[:_indexed] (see _index)
+        self._indexed = 0
         self._names: list[str] = []
         cap = 1024
         self._spent = np.zeros((cap, N_COMPONENTS), dtype=np.int64)
@@ -103,6 +124,9 @@ class MemoryBudgetStore(BudgetStore):
         self._releases: dict[str, bytes] = {}
         self._ledger: list[dict] = []
         self.path = path
+        self._xtable = None  # admit_ids: the caller's name table and its id → store id map (see _table_ids)
+        self._xmap = np.full(0, -1, dtype=np.int64)
+        self._xonly = False  # every user came in through _xtable (then a table id never seen is a new user)
 
     # ---- internals -----------------------------------------------------------------------------------------
     def _grow(self, need: int) -> None:
@@ -118,19 +142,30 @@ class MemoryBudgetStore(BudgetStore):
         for s in self._scopes.values():
             s.grow(new)
 
+    @property
+    def _index(self) -> dict[str, int]:
+        """name → store id. Users added through :meth:`_table_ids` are indexed lazily, here (bulk insert)."""
+        n = len(self._names)
+        if self._indexed < n:
+            self._index_.update(zip(self._names[self._indexed:n], range(self._indexed, n)))
+            self._indexed = n
+        return self._index_
+
     def _ids(self, users: Sequence[str]) -> np.ndarray:
         index = self._index
         found = list(map(index.get, users))  # one C-level pass; new users are the rare case
         if None in found:
-            for i, u in enumerate(users):
-                if found[i] is None:
-                    j = index.get(u)  # a name repeated among the new ones
-                    if j is None:
-                        j = len(self._names)
-                        index[u] = j
-                        self._names.append(u)
-                    found[i] = j
-            self._grow(len(self._names))
+            names = self._names
+            for i in [i for i, f in enumerate(found) if f is None]:
+                u = users[i]
+                n = len(names)
+                j = index.setdefault(u, n)  # one probe; a name repeated among the new ones keeps its first id
+                if j == n:
+                    names.append(u)
+                found[i] = j
+            self._indexed = len(names)
+            self._xonly = False  # users named outside the table: a new table id may now be a known user
+            self._grow(len(names))
         return np.array(found, dtype=np.int64)
 
     def _scope(self, scope: str) -> _ScopeState:
@@ -140,7 +175,9 @@ class MemoryBudgetStore(BudgetStore):
         return s
 
     def _budgets_of(self, ids: np.ndarray) -> np.ndarray:
-        return np.where(self._has_override[ids, None], self._budget[ids], self._default[None, :])
+        if not self._has_override.any():  # no per-user override anywhere: the default for all (a view)
+            return np.broadcast_to(self._default, (ids.size, N_COMPONENTS))
+        return np.where(self._has_override[ids, None], take_rows(self._budget, ids), self._default[None, :])
 
     # ---- budgets -------------------------------------------------------------------------------------------
     def default_budget(self) -> np.ndarray:
@@ -173,31 +210,41 @@ class MemoryBudgetStore(BudgetStore):
         if len(set(users)) != n:
             raise ValueError("a batch must not name a user twice")
         ids = self._ids(users)
-        sc = self._scope(scope)
+        return self._admit(self._scope(scope), seq, ids, costs)
+
+    def _admit(self, sc: _ScopeState, seq: int, ids: np.ndarray, costs: np.ndarray) -> np.ndarray:
+        """Admission of the distinct store ids ``ids`` (validated batch)."""
         last = sc.last_seq[ids]
+        if (last < seq).all():  # the usual case: a new batch for every user
+            return self._charge(sc, seq, ids, costs)
         replay_same = last == seq
         stale = last > seq
         fresh = ~(replay_same | stale)
-        out = np.empty(n, dtype=bool)
+        out = np.empty(ids.size, dtype=bool)
         out[replay_same] = sc.last_ok[ids[replay_same]]
         out[stale] = ~self._halted[ids[stale]]
+        out[fresh] = self._charge(sc, seq, ids[fresh], costs[fresh])
+        return out
 
-        fid = ids[fresh]
-        fc = costs[fresh]
+    def _charge(self, sc: _ScopeState, seq: int, fid: np.ndarray, fc: np.ndarray) -> np.ndarray:
+        """Check-and-charge of users with no earlier outcome for this batch (000 Alg. 1 with filter eq. (7))."""
         halted = self._halted[fid]
+        spent = take_rows(self._spent, fid)
         # spent + cost <= budget in every component (000 eq. (7)); computed without overflow
-        fits = np.all(fc <= self._budgets_of(fid) - self._spent[fid], axis=1)
+        fits = rows_all(fc <= self._budgets_of(fid) - spent)
         # an all-zero cost is admitted free even if a lowered budget is now below spent (000 Alg. 1 line 7)
-        ok = ~halted & (fits | ~fc.any(axis=1))
-        newly_halted = ~halted & ~ok
-        self._spent[fid[ok]] += fc[ok]
-        self._halted[fid[newly_halted]] = True
+        ok = ~halted & (fits | ~rows_any_nonzero(fc))
+        if ok.all():
+            put_rows(self._spent, fid, spent + fc)  # ≤ budget ≤ INT64_MAX: no overflow
+            put_rows(sc.reserved, fid, fc)
+        else:
+            self._spent[fid[ok]] += fc[ok]
+            self._halted[fid[~halted & ~ok]] = True
+            sc.reserved[fid] = np.where(ok[:, None], fc, 0)
         sc.last_seq[fid] = seq
         sc.last_ok[fid] = ok
-        sc.reserved[fid] = np.where(ok[:, None], fc, 0)
         sc.open[fid] = ok
-        out[fresh] = ok
-        return out
+        return ok
 
     def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
         users = list(users)
@@ -208,23 +255,92 @@ class MemoryBudgetStore(BudgetStore):
             return
         if len(set(users)) != n:
             raise ValueError("a settle batch must not name a user twice")
-        known = [(i, self._index[u]) for i, u in enumerate(users) if u in self._index]
+        index = self._index
+        known = [(i, index[u]) for i, u in enumerate(users) if u in index]
         if not known:
             return
         pos = np.array([k[0] for k in known])
         ids = np.array([k[1] for k in known])
+        self._settle(scope, seq, pos, ids, actual, users.__getitem__)
+
+    def _settle(self, scope: str, seq: int, pos: np.ndarray, ids: np.ndarray, actual: np.ndarray, name_at) -> None:
+        """Settle of the known users: batch positions ``pos``, store ids ``ids``; ``name_at(k)`` names the user at
+        batch position ``k`` (for the error message)."""
         sc = self._scope(scope)
         live = (sc.last_seq[ids] == seq) & sc.open[ids]
-        pos, ids = pos[live], ids[live]
+        if not live.all():
+            pos, ids = pos[live], ids[live]
         act = actual[pos]
         res = sc.reserved[ids]
-        over = (act > res).any(axis=1)
+        over = rows_any_nonzero(act > res)
         if over.any():
-            bad = users[int(pos[np.argmax(over)])]
+            bad = name_at(int(pos[np.argmax(over)]))
             raise ValueError(f"settle: actual cost exceeds the reservation of user {bad!r}")
         self._spent[ids] -= res - act
         sc.reserved[ids] = act
         sc.open[ids] = False  # a second settle of this batch is a no-op
+
+    # ---- admission by the engine's interned ids (BudgetStore.admit_ids) --------------------------------------
+    def _table_ids(self, uid: np.ndarray, table, intern: bool) -> np.ndarray:
+        """Store ids of ``table``'s ids ``uid`` through a cached int array (table id → store id, −1 = not yet
+        seen): a name is looked up only the first time its table id comes by (a Python dict lookup costs several
+        cache misses per name). Unknown names are interned (``intern``) or left at −1. The cache follows one table
+        object (held here, so its identity cannot be reused) and is rebuilt when another one is passed."""
+        if table is not self._xtable:
+            self._xtable, self._xmap = table, np.full(0, -1, dtype=np.int64)
+            self._xonly = not self._names
+        m = len(table)
+        if self._xmap.size < m:
+            grown = np.full(max(m, 2 * self._xmap.size, 1024), -1, dtype=np.int64)
+            grown[:self._xmap.size] = self._xmap
+            self._xmap = grown
+        sid = self._xmap[uid]
+        miss = np.flatnonzero(sid < 0)
+        if miss.size:
+            um = uid[miss]
+            names = table.names(um)
+            if intern and self._xonly:  # distinct table ids never seen are distinct new users: no lookup
+                n = len(self._names)
+                self._names.extend(names)  # store ids in batch order, as admit(names) gives them
+                got = np.arange(n, n + len(names), dtype=np.int64)
+                self._grow(len(self._names))
+            elif intern:
+                got = self._ids(names)  # new users get store ids in batch order, as with admit(names)
+            else:
+                get = self._index.get
+                got = np.array([-1 if j is None else j for j in map(get, names)], dtype=np.int64)
+            sid[miss] = got
+            self._xmap[um] = got
+        return sid
+
+    def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table) -> np.ndarray:
+        if type(self).admit is not MemoryBudgetStore.admit:  # a subclass's own admit keeps its say
+            return super().admit_ids(scope, seq, user_ids, costs, table)
+        uid = check_user_ids(user_ids, len(table))
+        n = uid.size
+        costs = check_costs(costs, n)
+        seq = check_seq(seq)
+        if n == 0:
+            return np.zeros(0, dtype=bool)
+        if not distinct(uid):  # table ids are distinct iff their names are
+            raise ValueError("a batch must not name a user twice")
+        return self._admit(self._scope(scope), seq, self._table_ids(uid, table, intern=True), costs)
+
+    def settle_ids(self, scope: str, seq: int, user_ids: np.ndarray, actual, table) -> None:
+        if type(self).settle is not MemoryBudgetStore.settle:
+            return super().settle_ids(scope, seq, user_ids, actual, table)
+        uid = check_user_ids(user_ids, len(table))
+        n = uid.size
+        actual = check_costs(actual, n)
+        seq = check_seq(seq)
+        if n == 0:
+            return
+        if not distinct(uid):
+            raise ValueError("a settle batch must not name a user twice")
+        sid = self._table_ids(uid, table, intern=False)
+        pos = np.flatnonzero(sid >= 0)
+        if pos.size:
+            self._settle(scope, seq, pos, sid[pos], actual, lambda k: table.names(uid[k:k + 1])[0])
 
     # ---- release log and ledger ----------------------------------------------------------------------------
     def put_release(self, key: str, record: bytes) -> bytes:

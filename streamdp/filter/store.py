@@ -95,6 +95,20 @@ class BudgetStore(abc.ABC):
     def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
         """Lower reservations of batch ``(scope, seq)`` to the actual costs (see module doc)."""
 
+    # ---- admission by interned ids (optional fast path) ----------------------------------------------------
+    def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table) -> np.ndarray:
+        """:meth:`admit` of the users ``table.names(user_ids)``, same semantics and result.
+
+        ``table`` is the caller's name table (the engine's :class:`streamdp.engine.query.Names`): ``len(table)``
+        names with dense ids, ``table.names(ids)`` → names, append-only (an id keeps its name for the life of the
+        table object). A store may cache ``table`` id → its own user record to skip the name lookups; the default
+        converts the ids to names and calls :meth:`admit`."""
+        return self.admit(scope, seq, table.names(user_ids), costs)
+
+    def settle_ids(self, scope: str, seq: int, user_ids: np.ndarray, actual, table) -> None:
+        """:meth:`settle` of the users ``table.names(user_ids)`` (see :meth:`admit_ids`)."""
+        self.settle(scope, seq, table.names(user_ids), actual)
+
     # ---- release log and ledger ----------------------------------------------------------------------------
     @abc.abstractmethod
     def put_release(self, key: str, record: bytes) -> bytes:

@@ -51,19 +51,22 @@ class ContinualCounts(WindowQuery):
             return Reservation.empty()
         b = self.bounder.bound(users, items, rng)
         # costly (first) contributions per user; users whose pairs are all repeats are charged nothing
-        uniq, inv = np.unique(b.user_ids, return_inverse=True)
-        n_first = np.bincount(inv, weights=b.first.astype(np.int64), minlength=uniq.size).astype(np.int64)
+        u = b.user_ids  # sorted (bounded pairs come in key order: user, then item)
+        if u.size == 0:
+            return Reservation(users=u.astype(np.int64), costs=np.zeros((0, self.item_cost_fixed.size), np.int64),
+                               private=b)
+        starts = np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))
+        n_first = np.add.reduceat(b.first.astype(np.int64), starts)
         costs = n_first[:, None] * self.item_cost_fixed[None, :]
-        return Reservation(users=uniq, costs=costs.astype(np.int64), private=b)
+        return Reservation(users=u[starts], costs=costs.astype(np.int64, copy=False), private=b)
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
         b = res.private
         if b is not None and b.user_ids.size:
             keep = admitted[b.user_ids]
-            au, ai = b.user_ids[keep], b.item_ids[keep]
-            self.bounder.commit(au, ai)
-            ids, incs = np.unique(ai, return_counts=True)
+            self.bounder.commit_bounded(b, keep)
+            ids, incs = np.unique(b.item_ids[keep], return_counts=True)
         else:
             ids, incs = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         rel = self.tree.step(ids, incs.astype(np.int64), rng)

@@ -37,7 +37,8 @@ class TopK(WindowQuery):
         if users.size == 0 or self.pwyg.exhausted:
             return Reservation.empty()
         keys = unique_sorted(pair_keys(users, items))  # ≤ 1 per (user, item)
-        present = unique_sorted(keys >> np.int64(32))
+        u = keys >> np.int64(32)  # sorted: distinct users are where the user changes
+        present = u[np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))]
         cost = self.pwyg.reserve_cost(self.k).to_fixed()
         return Reservation(present, np.tile(cost, (present.size, 1)), private=keys)
 
