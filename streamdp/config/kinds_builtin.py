@@ -5,6 +5,14 @@ from __future__ import annotations
 from streamdp.config.kinds import Param, QueryKind, register
 
 
+def _check_continual_counts(where, a):
+    from streamdp.config.kinds import ConfigError
+
+    if a["estimator"] == "optimal" and a["noise"] != "gaussian":
+        raise ConfigError(f"{where}.estimator: 'optimal' needs noise = 'gaussian' (discrete nodes would need every "
+                          "past node drawn for each new item)")
+
+
 def _continual_counts(qid, *, horizon, **kw):
     from streamdp.engine.queries.continual_counts import ContinualCounts
 
@@ -26,8 +34,11 @@ register(QueryKind(
               max=65535),
         Param("noise", "str", "node noise", default="gaussian", choices=("gaussian", "discrete_gaussian")),
         Param("estimator", "str", "running-count estimator", default="plain", choices=("plain", "optimal")),
+        Param("keep_history", "bool", "keep every prefix node so that counts over window ranges s..t can be "
+              "answered (free post-processing; 16 B per item per window)", default=False),
     ),
     build=_continual_counts,
+    validate=_check_continual_counts,
 ))
 
 

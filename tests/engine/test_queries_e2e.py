@@ -156,3 +156,27 @@ def test_published_cost_is_a_public_bound_not_the_realised_cost():
     assert r1[0].realized["users_charged"] == 1 and r2[0].realized["users_charged"] == 7
     led = [x for x in s1.ledger() if x.get("type") == "release"]
     assert led[0]["users_charged"] == 1 and led[0]["zcdp_rho_max"] == pytest.approx(4 / 8)
+
+
+def test_continual_counts_range_count_is_free_post_processing_of_stored_nodes():
+    q = ContinualCounts("c", sigma=1.0, horizon=8, delta_item=1e-3, max_items_per_window=2, keep_history=True)
+    e, _ = engine([q], Cost.zcdp(1e9, 5.0))
+    payloads = []
+    for w in range(5):
+        payloads += [ev(f"u{w}_{j}", 10 * w + 1, ["a", "b"]) for j in range(40)]
+    recs = run(e, payloads)
+    last = recs[-1]
+    # the range 1..t reproduces the released running count at t; ranges add up
+    assert q.range_count(["a", "b"], 1, last.t, e.items) == {k: last.values["counts"][k] for k in ("a", "b")}
+    r13, r45 = q.range_count(["a"], 1, 3, e.items)["a"], q.range_count(["a"], 4, 5, e.items)["a"]
+    assert abs(r13 + r45 - last.values["counts"]["a"]) <= 1  # rounding of two halves
+    with pytest.raises(ValueError):
+        q.range_count(["nope"], 1, 2, e.items)
+
+
+def test_optimal_estimator_with_discrete_noise_is_a_config_error():
+    from streamdp.config.kinds import ConfigError, build_query
+
+    with pytest.raises(ConfigError, match="estimator"):
+        build_query("query[0]", {"id": "c", "kind": "continual_counts", "sigma": 1.0, "noise": "discrete_gaussian",
+                                 "estimator": "optimal"}, horizon=8)

@@ -24,8 +24,9 @@ class ContinualCounts(WindowQuery):
 
     def __init__(self, query_id: str, *, sigma: float, horizon: int, delta_item: float,
                  max_items_per_window: int = 4, max_per_item: int = 1, noise: str = "gaussian",
-                 estimator: str = "plain") -> None:
+                 estimator: str = "plain", keep_history: bool = False) -> None:
         super().__init__(query_id)
+        self.keep_history = bool(keep_history)
         self.sigma = float(sigma)
         self.horizon = int(horizon)
         self.delta_item = float(delta_item)
@@ -39,7 +40,8 @@ class ContinualCounts(WindowQuery):
 
     def _new_tree(self) -> UnknownDomainBinaryTree:
         return UnknownDomainBinaryTree(self.horizon, self.sigma, self.delta_item, cap=self.bounder.cap,
-                                       noise=self.noise, estimator=self.estimator)
+                                       noise=self.noise, estimator=self.estimator,
+                                       keep_history=self.keep_history)
 
     def new_epoch(self) -> None:
         self.tree = self._new_tree()
@@ -92,6 +94,16 @@ class ContinualCounts(WindowQuery):
     def load_state(self, d: dict) -> None:
         self.tree = UnknownDomainBinaryTree.from_bytes(d["tree"])
         self.bounder = ContributionBounder.from_state(d["bounder"])
+
+    def range_count(self, item_names: list[str], s: int, t: int, items: Names) -> dict[str, int]:
+        """Noisy count of selected items over windows s..t of the current epoch, from the stored tree nodes — free
+        post-processing (001 §4.3; needs ``keep_history``). Unselected or unknown items are refused: their noisy
+        counts were never published and must not be."""
+        unknown = [n for n in item_names if n not in items.index]
+        if unknown:
+            raise ValueError(f"unknown items: {unknown[:5]}")
+        ids = np.array([items.index[n] for n in item_names], dtype=np.int64)
+        return dict(zip(item_names, self.tree.range_count(ids, s, t).tolist()))
 
     def describe(self) -> dict:
         return {**super().describe(), "sigma": self.sigma, "horizon": self.horizon, "delta_item": self.delta_item,
