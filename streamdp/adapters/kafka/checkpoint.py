@@ -253,6 +253,24 @@ class DeferredReleaseLog(BudgetStore):
     def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
         self.inner.settle(scope, seq, users, actual)
 
+    # by interned ids: the inner store's fast path when it has one (else by names, as BudgetStore does)
+    def admit_ids(self, scope: str, seq: int, user_ids, costs, table) -> np.ndarray:
+        fast = getattr(self.inner, "admit_ids", None)
+        if fast is not None:
+            out = fast(scope, seq, user_ids, costs, table)
+        else:
+            out = self.inner.admit(scope, seq, table.names(user_ids), costs)
+        if self.after_admit is not None:
+            self.after_admit()
+        return out
+
+    def settle_ids(self, scope: str, seq: int, user_ids, actual, table) -> None:
+        fast = getattr(self.inner, "settle_ids", None)
+        if fast is not None:
+            fast(scope, seq, user_ids, actual, table)
+        else:
+            self.inner.settle(scope, seq, table.names(user_ids), actual)
+
     def get_user(self, user: str) -> UserBudget | None:
         return self.inner.get_user(user)
 

@@ -34,7 +34,9 @@ ENGINE_PARTITION = 0  # the engine sees one (already ordered) stream; watermarks
 
 
 def take_rows(b: EventBatch, rows: np.ndarray) -> EventBatch:
-    """The sub-batch of rows ``rows`` (sorted row indices) of ``b``."""
+    """The sub-batch of rows ``rows`` (sorted row indices) of ``b``. The parser's interning help (per-batch
+    dictionaries and codes, :class:`EventBatch`) is carried: the sub-batch keeps the dictionaries and takes the
+    codes of its rows."""
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == len(b):
         return b
@@ -46,14 +48,61 @@ def take_rows(b: EventBatch, rows: np.ndarray) -> EventBatch:
     idx = np.repeat(starts - new_offs[:-1], lens) + np.arange(int(new_offs[-1]), dtype=np.int64)
     items = b.items
     users = b.users
-    return EventBatch(users=[users[i] for i in rows.tolist()], ts=b.ts[rows], item_offsets=new_offs,
-                      items=[items[i] for i in idx.tolist()], value=b.value[rows], loc=b.loc[rows],
-                      source_rows=b.source_rows[rows])
+    out = EventBatch(users=[users[i] for i in rows.tolist()], ts=b.ts[rows], item_offsets=new_offs,
+                     items=[items[i] for i in idx.tolist()], value=b.value[rows], loc=b.loc[rows],
+                     source_rows=b.source_rows[rows])
+    if b.user_codes is not None and b.item_codes is not None:
+        out.user_dict, out.user_codes = b.user_dict, b.user_codes[rows]
+        out.item_dict, out.item_codes = b.item_dict, b.item_codes[idx]
+    return out
 
 
-def concat_batches(bs: list[EventBatch]) -> EventBatch:
+def _concat_codes(bs: list[EventBatch], names: str) -> tuple[list, np.ndarray]:
+    """One dictionary and the codes into it for the ``names`` ("user" or "item") of the batches ``bs``, in order.
+
+    Batches cut from one parsed batch share its dictionary (the same list object): it is included once, and only
+    with the entries its batches here use when that is fewer than their codes (the engine looks up every entry of
+    the dictionary, so a window would otherwise pay for the names of a whole fetched batch). A batch without codes
+    contributes its names as entries of their own (repeated entries are allowed, see
+    :meth:`streamdp.engine.query.Names.ids_coded`)."""
+    groups: dict[int, list[int]] = {}  # dictionary object → positions in bs
+    for k, b in enumerate(bs):
+        if getattr(b, f"{names}_codes") is not None:
+            groups.setdefault(id(getattr(b, f"{names}_dict")), []).append(k)
+    dictionary: list = []
+    codes: list = [None] * len(bs)
+    for ks in groups.values():
+        d = getattr(bs[ks[0]], f"{names}_dict")
+        cs = [np.asarray(getattr(bs[k], f"{names}_codes"), dtype=np.int64) for k in ks]
+        base = len(dictionary)
+        if len(d) > sum(c.size for c in cs):  # compact: only the entries used here, codes renumbered
+            used = np.zeros(len(d), dtype=bool)
+            for c in cs:
+                used[c] = True
+            renumber = np.cumsum(used) - 1 + base
+            dictionary.extend([d[i] for i in np.flatnonzero(used).tolist()])
+            for k, c in zip(ks, cs):
+                codes[k] = renumber[c]
+        else:
+            dictionary.extend(d)
+            for k, c in zip(ks, cs):
+                codes[k] = c + base
+    for k, b in enumerate(bs):
+        if codes[k] is None:
+            own = b.users if names == "user" else b.items
+            codes[k] = len(dictionary) + np.arange(len(own), dtype=np.int64)
+            dictionary.extend(own)
+    return dictionary, np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)
+
+
+def concat_batches(bs: list[EventBatch], *, codes: bool = True) -> EventBatch:
+    """The batches ``bs`` one after the other. With ``codes`` and when one of them carries the parser's interning
+    help, so does the result (dictionaries concatenated, codes offset; see :func:`_concat_codes`)."""
     if len(bs) == 1:
-        return bs[0]
+        b = bs[0]
+        if not codes or b.user_codes is None or b.item_codes is None or (
+                len(b.user_dict) <= len(b) and len(b.item_dict) <= len(b.items)):
+            return b
     users: list[str] = []
     items: list[str] = []
     offs = [np.zeros(1, dtype=np.int64)]
@@ -63,10 +112,14 @@ def concat_batches(bs: list[EventBatch]) -> EventBatch:
         items.extend(b.items)
         offs.append(b.item_offsets[1:] + base)
         base += int(b.item_offsets[-1])
-    return EventBatch(users=users, ts=np.concatenate([b.ts for b in bs]), item_offsets=np.concatenate(offs),
-                      items=items, value=np.concatenate([b.value for b in bs]),
-                      loc=np.concatenate([b.loc for b in bs]).reshape(-1, 2),
-                      source_rows=np.concatenate([b.source_rows for b in bs]))
+    out = EventBatch(users=users, ts=np.concatenate([b.ts for b in bs]), item_offsets=np.concatenate(offs),
+                     items=items, value=np.concatenate([b.value for b in bs]),
+                     loc=np.concatenate([b.loc for b in bs]).reshape(-1, 2),
+                     source_rows=np.concatenate([b.source_rows for b in bs]))
+    if codes and any(b.user_codes is not None and b.item_codes is not None for b in bs):
+        out.user_dict, out.user_codes = _concat_codes(bs, "user")
+        out.item_dict, out.item_codes = _concat_codes(bs, "item")
+    return out
 
 
 def batch_state(b: EventBatch) -> dict:
@@ -201,19 +254,23 @@ class CanonicalStage:
             end = W.bounds(t)[1]
             # the engine's watermark reaches exactly the end of window t
             W.observe(end + eng.config.allowed_lateness, ENGINE_PARTITION, now)
-            for p, bs in sorted(self.held.get(t, {}).items()):
-                for b in bs:
-                    rej = eng.ingest(b, ENGINE_PARTITION, now)
-                    if rej:  # cannot happen: the window is open and its events lie before its end
-                        raise AssertionError(f"engine rejected held events of window {t}: {rej[:3]}")
-                    self.held_events -= len(b)
+            # one ingest per window: the held batches in (partition, offset) order, concatenated — the engine
+            # interns names in order of first appearance, so this equals ingesting them one by one, with one
+            # dictionary lookup per window instead of one per held batch
+            bs = [b for _, pbs in sorted(self.held.get(t, {}).items()) for b in pbs]
+            if bs:
+                b = concat_batches(bs)
+                rej = eng.ingest(b, ENGINE_PARTITION, now)
+                if rej:  # cannot happen: the window is open and its events lie before its end
+                    raise AssertionError(f"engine rejected held events of window {t}: {rej[:3]}")
+                self.held_events -= len(b)
             self.held.pop(t, None)
             out.extend(eng.close_due(now))
         return out
 
     # ---- state ---------------------------------------------------------------------------------------------
     def state(self) -> dict:
-        held = {str(t): {str(p): batch_state(concat_batches(bs)) for p, bs in parts.items()}
+        held = {str(t): {str(p): batch_state(concat_batches(bs, codes=False)) for p, bs in parts.items()}
                 for t, parts in self.held.items()}
         return {"wm": self.wm.state(), "held": held}
 

@@ -1,9 +1,15 @@
 """The Kafka worker: consume → parse → canonical stage → release engine → checkpoint → publish (DESIGN.md §4–6).
 
-The Kafka twin of :class:`streamdp.engine.pipeline.EmbeddedPipeline`. One batch (aiokafka ``getmany``):
+The Kafka twin of :class:`streamdp.engine.pipeline.EmbeddedPipeline`, in two concurrent parts:
 
-1. parse every partition's payloads (:func:`parse_batch`); bad events → dead-letter topic
-   ``{"reason", "detail", "payload", "partition", "offset", …}`` keyed ``<partition>/<offset>``;
+* the **fetcher** (a task) calls aiokafka ``getmany`` and parses each batch at once — the payloads of all its
+  partitions in one :func:`parse_batch` call, split back per partition (:func:`parse_fetched`) — into a bounded
+  prefetch queue, so consuming and parsing go on while the processor waits for Redis;
+* the **processor** takes the next batch (with those queued behind it, up to ``step_max_records`` records) and
+  runs one step:
+
+1. bad events → dead-letter topic ``{"reason", "detail", "payload", "partition", "offset", …}`` keyed
+   ``<partition>/<offset>``;
 2. hold the parsed events in the :class:`~streamdp.adapters.kafka.ordering.CanonicalStage` (watermark over the
    Kafka partitions) and close every due window through the engine (one atomic admit per window);
 3. if windows closed (or every N batches / T seconds): ONE atomic Redis checkpoint (state + offsets + release log +
@@ -11,9 +17,18 @@ The Kafka twin of :class:`streamdp.engine.pipeline.EmbeddedPipeline`. One batch 
    ``<output_prefix><query id>`` keyed by ``query/epoch/window``; then acknowledge; then commit Kafka offsets (for
    lag monitoring only).
 
+The blocking parts of a step — the window closes (the engine's admit/settle Lua calls) and the checkpoint (engine
+snapshot, encoding, the Lua call) — run in a worker thread (``asyncio.to_thread``) while the event loop goes on
+fetching; the step's protocol order is unchanged (the processor awaits each part, and holds ``lock``).
+
+Positions and generations: every batch is stamped with the worker's ``generation`` when ``getmany`` returns it.
+Restores (start, failure, rebalance) seek the consumer and bump the generation in one synchronous block
+(:meth:`KafkaWorker._seek_all`), so a batch fetched before a seek — queued or in flight — is recognised and
+dropped, and everything after the seek is fetched again from the restored offsets.
+
 Redis or Kafka failures never publish anything uncharged: the worker drops its in-memory state, restores the last
 checkpoint (retrying with backoff until Redis answers), re-publishes the pending records and seeks back to the
-checkpointed offsets. SIGTERM finishes the current batch, checkpoints and exits 0.
+checkpointed offsets. SIGTERM finishes the current step, checkpoints and exits 0.
 
 Scale-out: workers of one consumer group use :class:`~streamdp.adapters.kafka.assignor.SingleOwnerAssignor` —
 one active owner of all input partitions, the others standby; hand-over through the checkpoint.
@@ -28,7 +43,7 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import orjson
@@ -37,12 +52,12 @@ from streamdp.adapters.kafka.assignor import SingleOwnerAssignor
 from streamdp.adapters.kafka.checkpoint import (Checkpoint, DeferredReleaseLog, Fenced, PendingRecord,
                                                 RedisCheckpoint)
 from streamdp.adapters.kafka.faults import FaultInjector
-from streamdp.adapters.kafka.ordering import CanonicalStage
+from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
 from streamdp.adapters.kafka.topics import ensure_topics, output_topic
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseEngine, WindowSummary
 from streamdp.filter.store import StoreError
-from streamdp.input.events import MAX_PAYLOAD_BYTES, parse_batch
+from streamdp.input.events import FAST_MIN_BATCH, MAX_PAYLOAD_BYTES, DeadLetter, EventBatch, parse_batch
 from streamdp.noise.generator import secure_generator
 
 log = logging.getLogger("streamdp.kafka")
@@ -58,7 +73,16 @@ class WorkerOptions:
     dead_letter_topic: str = "streamdp.dead"
     group_id: str = "streamdp"
     partitions: int = 4  # of the topics created at start
-    batch_max_records: int = 5000
+    batch_max_records: int = 5000  # per getmany
+    prefetch_batches: int = 4  # fetched + parsed batches waiting for the processor
+    step_max_records: int | None = None  # one step takes queued batches up to this many records (None: batch_max)
+    offload: bool = True  # window closes and checkpoints in a worker thread (the event loop keeps fetching)
+    # per fetch and per partition: small enough that the partitions advance together (the watermark is their
+    # minimum: windows close — and Redis works — while fetching goes on, and fewer events are held), large enough
+    # for few round trips. The total matters with brokers that fill a response from one partition (tansu does:
+    # with 64 MiB it returned ~48k records of one partition per fetch; with 1 MiB ~10k, the partitions in turn).
+    fetch_max_bytes: int = 1024 * 1024
+    max_partition_fetch_bytes: int = 1024 * 1024
     poll_ms: int = 200
     checkpoint_seconds: float = 5.0  # periodic checkpoint even without window closes
     checkpoint_batches: int = 100
@@ -94,6 +118,69 @@ def dead_letter_value(payload: bytes, reason: str, detail: str, topic: str, part
                          "topic": topic, "partition": partition, "offset": offset})
 
 
+@dataclass
+class FetchedPartition:
+    """One partition's records of one fetched batch, parsed."""
+
+    partition: int
+    offsets: np.ndarray  # int64, the records' offsets (increasing)
+    payloads: list[bytes]
+    parsed: EventBatch  # the valid events; ``source_rows`` index ``payloads``
+    dead: list[tuple[int, DeadLetter]] = field(default_factory=list)  # (record index, dead letter), in order
+
+
+@dataclass
+class Fetched:
+    """One ``getmany`` result, parsed; ``generation``: the worker's generation when it was fetched."""
+
+    generation: int
+    parts: list[FetchedPartition]
+    records: int
+
+
+def parse_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
+    """Parse a ``getmany`` result (TopicPartition → records) of ``topic``: the payloads of all partitions in ONE
+    :func:`parse_batch` call (bigger batches take the columnar fast path, and its per-batch name dictionaries
+    serve every partition), then split back per partition, in partition order. Each event's parse does not depend
+    on the batch it is parsed in, so this equals parsing partition by partition."""
+    tps = sorted((tp for tp, msgs in batch.items() if tp.topic == topic and msgs), key=lambda tp: tp.partition)
+    if not tps:
+        return []
+    payloads: list[bytes] = []
+    offsets: list[np.ndarray] = []
+    bounds = [0]
+    for tp in tps:
+        msgs = batch[tp]
+        payloads.extend([m.value if m.value is not None else b"" for m in msgs])
+        offsets.append(np.fromiter([m.offset for m in msgs], dtype=np.int64, count=len(msgs)))
+        bounds.append(len(payloads))
+    parsed, dead = parse_batch(payloads)
+    dead_at: list[int] = []
+    if dead:
+        mask = np.ones(len(payloads), dtype=bool)
+        mask[parsed.source_rows] = False
+        dead_at = np.flatnonzero(mask).tolist()
+    if len(tps) == 1:
+        return [FetchedPartition(tps[0].partition, offsets[0], payloads, parsed, list(zip(dead_at, dead)))]
+    part_of = np.searchsorted(np.asarray(bounds[1:-1], dtype=np.int64), parsed.source_rows, side="right")
+    dead_part = np.searchsorted(np.asarray(bounds[1:-1], dtype=np.int64), np.asarray(dead_at, dtype=np.int64),
+                                side="right").tolist()
+    out = []
+    for j, tp in enumerate(tps):
+        lo, hi = bounds[j], bounds[j + 1]
+        sub = take_rows(parsed, np.flatnonzero(part_of == j))
+        sub = replace(sub, source_rows=sub.source_rows - lo)
+        dl = [(i - lo, d) for i, d, q in zip(dead_at, dead, dead_part) if q == j]
+        out.append(FetchedPartition(tp.partition, offsets[j], payloads[lo:hi], sub, dl))
+    return out
+
+
+def warm_up_parser() -> None:
+    """Parse one synthetic batch on the fast path at start: its first call loads libraries lazily (~0.2 s
+    measured), which would otherwise delay the first consumed batch."""
+    parse_batch([b'{"user":"warm-up","ts":1700000000.0,"items":["a"],"value":1.0}'] * FAST_MIN_BATCH)
+
+
 class KafkaWorker:
     def __init__(self, cfg, store, client_kw: dict, opts: WorkerOptions, *, metrics: WorkerMetrics | None = None,
                  worker_id: str | None = None) -> None:
@@ -113,7 +200,7 @@ class KafkaWorker:
         self.stage: CanonicalStage | None = None
         self.offsets: dict[int, int] = {}
         self.owned: set[int] = set()
-        self.generation = 0  # bumped at every (re)assignment and recovery (diagnostics)
+        self.generation = 0  # bumped at every (re)assignment and seek: fetched batches of older ones are dropped
         self.lock = asyncio.Lock()
         self.stopping = asyncio.Event()
         self.exit_code = 0
@@ -124,12 +211,14 @@ class KafkaWorker:
         self._last_ckpt = time.monotonic()
         self._last_input = time.monotonic()
         self.closed_windows = 0
+        self._carry: Fetched | None = None  # a fetched batch taken from the queue for the next step
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
         o = self.opts
+        warm_up_parser()
         if o.create_topics:
             await ensure_topics(self.client_kw, [o.input_topic, *self.topic_of.values(), o.dead_letter_topic],
                                 o.partitions)
@@ -140,7 +229,7 @@ class KafkaWorker:
             **self.client_kw, group_id=o.group_id, enable_auto_commit=False, auto_offset_reset="earliest",
             partition_assignment_strategy=(self._assignor,), session_timeout_ms=o.session_timeout_ms,
             heartbeat_interval_ms=o.heartbeat_interval_ms, max_poll_interval_ms=300000,
-            fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=8 * 1024 * 1024)
+            fetch_max_bytes=o.fetch_max_bytes, max_partition_fetch_bytes=o.max_partition_fetch_bytes)
         if o.use_group:
             self.consumer.subscribe([o.input_topic], listener=_listener(self))
             await self.consumer.start()
@@ -201,6 +290,39 @@ class KafkaWorker:
         return self.exit_code
 
     async def _loop(self) -> None:
+        """The processor; the fetcher runs beside it as a task (see the module doc)."""
+        o = self.opts
+        queue: asyncio.Queue = asyncio.Queue(maxsize=max(1, o.prefetch_batches))
+        self._carry = None
+        fetcher = asyncio.create_task(self._fetch_loop(queue), name="streamdp-fetcher")
+        try:
+            while not self.stopping.is_set():
+                if fetcher.done():
+                    fetcher.result()  # raises what stopped it
+                    break
+                items = await self._next_items(queue)
+                now = time.monotonic()
+                async with self.lock:
+                    if self.engine is not None:
+                        items = [f for f in items if f.generation == self.generation]  # else: fetched before a seek
+                        if items:
+                            await self._safe(self._step, items)
+                        elif now - self._last_ckpt >= o.checkpoint_seconds and self._dirty():
+                            await self._safe(self._checkpoint_and_publish, [], now)
+                if (o.drain_idle is not None and self.engine is not None  # standbys wait for a hand-over
+                        and queue.empty() and self._carry is None
+                        and time.monotonic() - self._last_input >= o.drain_idle):
+                    async with self.lock:
+                        if self.engine is not None:
+                            await self._safe(self._drain)
+                    log.info("input idle: drained", extra={"idle_seconds": o.drain_idle})
+                    break
+        finally:
+            fetcher.cancel()
+            await asyncio.gather(fetcher, return_exceptions=True)
+
+    async def _fetch_loop(self, queue: asyncio.Queue) -> None:
+        """The fetcher: ``getmany`` → :func:`parse_fetched` → queue (blocks while the queue is full)."""
         from aiokafka.errors import KafkaError
 
         o = self.opts
@@ -211,23 +333,34 @@ class KafkaWorker:
                 log.warning("fetch failed; retrying", extra={"error": str(e)})
                 await asyncio.sleep(1.0)
                 continue
+            # no await since getmany drained its buffers: these records follow the positions of this generation
+            gen = self.generation
             n = sum(len(v) for v in batch.values())
-            now = time.monotonic()
-            if n:
-                self._last_input = now
-            async with self.lock:
-                if self.engine is not None:
-                    if n:
-                        await self._safe(self._step, batch)
-                    elif now - self._last_ckpt >= o.checkpoint_seconds and self._dirty():
-                        await self._safe(self._checkpoint_and_publish, [], now)
-            if (o.drain_idle is not None and self.engine is not None  # standbys wait for a hand-over
-                    and time.monotonic() - self._last_input >= o.drain_idle):
-                async with self.lock:
-                    if self.engine is not None:
-                        await self._safe(self._drain)
-                log.info("input idle: drained", extra={"idle_seconds": o.drain_idle})
+            if not n:
+                continue
+            self._last_input = time.monotonic()
+            await queue.put(Fetched(gen, parse_fetched(batch, self.opts.input_topic), n))
+
+    async def _next_items(self, queue: asyncio.Queue) -> list[Fetched]:
+        """The next fetched batch (waits up to ``poll_ms``) and those queued behind it, up to ``step_max_records``
+        records in all (a batch that does not fit is carried over to the next step)."""
+        if self._carry is not None:
+            first, self._carry = self._carry, None
+        else:
+            try:
+                first = await asyncio.wait_for(queue.get(), self.opts.poll_ms / 1000)
+            except asyncio.TimeoutError:
+                return []
+        items, n = [first], first.records
+        limit = self.opts.step_max_records or self.opts.batch_max_records
+        while not queue.empty():
+            f = queue.get_nowait()
+            if n + f.records > limit:
+                self._carry = f
                 break
+            items.append(f)
+            n += f.records
+        return items
 
     def _dirty(self) -> bool:
         return self._batches_since > 0
@@ -285,7 +418,7 @@ class KafkaWorker:
                     self.ckpt.ack(ck.version)
                     log.info("re-published pending records", extra={"records": len(ck.pending),
                                                                     "version": ck.version})
-                await self._seek(ck)
+                self._seek_all(await self._positions(ck))
                 break
             except Fenced:
                 raise
@@ -295,7 +428,6 @@ class KafkaWorker:
                 log.warning("restore failed; retrying", extra={"error": str(e), "retry_in": delay})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
-        self.generation += 1
         self.metrics.owner.set(1)
         log.info("owner: restored checkpoint", extra={"worker": self.worker_id, "version": ck.version,
                                                       "partitions": sorted(self.owned), "offsets": ck.offsets,
@@ -316,49 +448,60 @@ class KafkaWorker:
         self._last_ckpt = time.monotonic()
         self.metrics.baseline(engine.counters)
 
-    async def _seek(self, ck: Checkpoint) -> None:
+    async def _positions(self, ck: Checkpoint) -> dict:
+        """Where to resume each owned partition: its checkpointed offset, else the beginning of the partition."""
         from aiokafka import TopicPartition
 
-        for p in sorted(self.owned):
-            tp = TopicPartition(self.opts.input_topic, p)
-            if p in ck.offsets:
-                self.consumer.seek(tp, ck.offsets[p])
-            else:
-                await self.consumer.seek_to_beginning(tp)
+        tps = {p: TopicPartition(self.opts.input_topic, p) for p in sorted(self.owned)}
+        pos = {tps[p]: ck.offsets[p] for p in tps if p in ck.offsets}
+        missing = [tp for p, tp in tps.items() if p not in ck.offsets]
+        if missing:
+            pos.update(await self.consumer.beginning_offsets(missing))
+        return pos
+
+    def _seek_all(self, positions: dict) -> None:
+        """Seek and start a new generation in one synchronous block: a batch stamped with the new generation was
+        fetched after every seek; batches of older generations (queued, or returned by an overlapping
+        ``getmany``) are dropped by the processor and fetched again from these positions."""
+        for tp, off in positions.items():
+            self.consumer.seek(tp, int(off))
+        self.generation += 1
 
     # ---- one batch -----------------------------------------------------------------------------------------
-    async def _step(self, batch) -> None:
+    async def _step(self, items: list[Fetched]) -> None:
         eng, stage = self.engine, self.stage
         t_batch = time.monotonic()
         dead_futs = []
-        for tp in sorted(batch, key=lambda tp: tp.partition):
-            p = tp.partition
-            if tp.topic != self.opts.input_topic or p not in self.owned:
-                continue
-            start = self.offsets.get(p, -1)
-            msgs = [m for m in batch[tp] if m.offset >= start]  # a batch fetched before a seek may repeat offsets
-            if not msgs:
-                continue
-            if start >= 0 and msgs[0].offset > start:
-                log.warning("offset gap", extra={"partition": p, "expected": start, "got": msgs[0].offset})
-            payloads = [m.value if m.value is not None else b"" for m in msgs]
-            self.metrics.events_in.inc(len(msgs))
-            parsed, dead = parse_batch(payloads)
-            if dead:
-                mask = np.ones(len(msgs), dtype=bool)
-                mask[parsed.source_rows] = False
-                for d, row in zip(dead, np.flatnonzero(mask).tolist()):
+        for f in items:
+            for part in f.parts:
+                p = part.partition
+                if p not in self.owned:
+                    continue
+                start = self.offsets.get(p, -1)
+                k = int(np.searchsorted(part.offsets, start))  # a batch fetched before a seek may repeat offsets
+                if k == part.offsets.size:
+                    continue
+                if start >= 0 and part.offsets[k] > start:
+                    log.warning("offset gap", extra={"partition": p, "expected": start, "got": int(part.offsets[k])})
+                parsed, dead = part.parsed, part.dead
+                if k:
+                    parsed = take_rows(parsed, np.flatnonzero(parsed.source_rows >= k))
+                    dead = [(i, d) for i, d in dead if i >= k]
+                self.metrics.events_in.inc(part.offsets.size - k)
+                for i, d in dead:
                     eng.counters.dead(d.reason)
-                    dead_futs.append(await self._dead_letter(d.payload, d.reason, d.detail, p, msgs[row].offset))
-            for row, reason in stage.add(p, parsed):
-                src = int(parsed.source_rows[row])
-                dead_futs.append(await self._dead_letter(payloads[src], reason, "", p, msgs[src].offset))
-            self.offsets[p] = msgs[-1].offset + 1
+                    dead_futs.append(await self._dead_letter(d.payload, d.reason, d.detail, p,
+                                                             int(part.offsets[i])))
+                for row, reason in stage.add(p, parsed):
+                    src = int(parsed.source_rows[row])
+                    dead_futs.append(await self._dead_letter(part.payloads[src], reason, "", p,
+                                                             int(part.offsets[src])))
+                self.offsets[p] = int(part.offsets[-1]) + 1
         if dead_futs:
             await asyncio.gather(*dead_futs)
         self.faults.hit("after_stage")
-        summaries = stage.release()
-        self._batches_since += 1
+        summaries = await self._release()
+        self._batches_since += len(items)
         o = self.opts
         if (summaries or self._batches_since >= o.checkpoint_batches
                 or time.monotonic() - self._last_ckpt >= o.checkpoint_seconds):
@@ -369,6 +512,13 @@ class KafkaWorker:
         if np.isfinite(wm):
             self.metrics.watermark.set(wm)
 
+    async def _release(self, flush: bool = False) -> list[WindowSummary]:
+        """Close the due windows (``flush``: all) in a worker thread: the admit/settle calls block on Redis."""
+        stage = self.stage
+        if not flush and stage.due_until() <= self.engine.windows.last_closed:
+            return []
+        return await self._blocking(stage.release, None, flush)
+
     async def _dead_letter(self, payload: bytes, reason: str, detail: str, partition: int, offset: int):
         # logs carry the reason and position only, never the payload
         log.debug("dead letter", extra={"reason": reason, "partition": partition, "offset": offset})
@@ -376,7 +526,7 @@ class KafkaWorker:
         return await self.producer.send(self.opts.dead_letter_topic, value=v, key=f"{partition}/{offset}".encode())
 
     async def _drain(self) -> None:
-        summaries = self.stage.release(flush=True)
+        summaries = await self._release(flush=True)
         await self._checkpoint_and_publish(summaries, time.monotonic())
 
     async def _final_checkpoint(self) -> None:
@@ -385,15 +535,11 @@ class KafkaWorker:
     async def _checkpoint_and_publish(self, summaries: list[WindowSummary], t_due: float) -> None:
         eng = self.engine
         records = [PendingRecord(self.topic_of[r.query], r.key, r.to_bytes()) for s in summaries for r in s.records]
-        releases, ledger = self.dstore.take()
-        if not self.test_mode:
-            eng.rng = secure_generator()  # a fresh key per checkpoint interval (see checkpoint.py)
-        state = {"engine": eng.snapshot(), "stage": self.stage.state(), "rng": eng.rng.bit_generator.state}
-        t0 = time.perf_counter()
         info = {"worker": self.worker_id, "last_closed": eng.windows.last_closed,
                 "events_in": eng.counters.events_in, "held_events": self.stage.held_events,
                 "records": len(records)}
-        version = self.ckpt.write(state, self.offsets, records, releases, ledger, info)
+        t0 = time.perf_counter()
+        version = await self._blocking(self._write_checkpoint, records, info)
         self.metrics.checkpoint_seconds.observe(time.perf_counter() - t0)
         self.metrics.checkpoints.inc()
         self.metrics.checkpoint_bytes.set(self.ckpt.last_bytes)
@@ -417,6 +563,22 @@ class KafkaWorker:
                                                "records": len(s.records), "close_ms": round(s.seconds * 1e3, 2)})
         if summaries:
             self.metrics.last_window.set(summaries[-1].seq)
+
+    async def _blocking(self, fn, *args):
+        """``fn(*args)`` in a worker thread (``offload``), so that the event loop goes on fetching meanwhile."""
+        if self.opts.offload:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    def _write_checkpoint(self, records: list[PendingRecord], info: dict) -> int:
+        """Snapshot + encode + the atomic Lua call (a worker thread: the processor awaits it, nothing else touches
+        the engine meanwhile)."""
+        eng = self.engine
+        releases, ledger = self.dstore.take()
+        if not self.test_mode:
+            eng.rng = secure_generator()  # a fresh key per checkpoint interval (see checkpoint.py)
+        state = {"engine": eng.snapshot(), "stage": self.stage.state(), "rng": eng.rng.bit_generator.state}
+        return self.ckpt.write(state, self.offsets, records, releases, ledger, info)
 
     async def _publish(self, records: list[PendingRecord]) -> None:
         if not records:
