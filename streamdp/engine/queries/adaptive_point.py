@@ -183,13 +183,6 @@ class KNNPoint(_PointQueries):
 
 # ------------------------------------------------------------------------------------------- threshold (zCDP)
 class ThresholdCount(WindowQuery):
-    public_cost_basis = "per user present in a window with a registered threshold query"
-
-    def public_cost(self, rel):
-        if rel.values.get("query_index") is None:
-            return Cost()
-        return Cost.zcdp(self.rho)
-
     """Kind ``threshold_count``: at window θ_l, is the number |H| of users with item I_l in the window < T_l?
 
     000 App. C, Alg. 9, central model: PIE-NI on the single count |H| (sensitivity 1 in one user's presence) with
@@ -203,6 +196,13 @@ class ThresholdCount(WindowQuery):
     Thm 4.4) — users without the item too, although |H| does not depend on them: whom a release charges must
     not depend on the private count (the operator's ledger and the budget CLI would reveal |H| exactly).
     """
+
+    public_cost_basis = "per user present in a window with a registered threshold query"
+
+    def public_cost(self, rel):
+        if rel.values.get("query_index") is None:
+            return Cost()
+        return Cost.zcdp(self.rho)
 
     kind = "threshold_count"
     notion = "zcdp"

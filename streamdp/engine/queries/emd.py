@@ -151,12 +151,12 @@ def _admitted_reserved(res: Reservation, users: np.ndarray) -> tuple[np.ndarray,
 
 
 class EMDLinear(WindowQuery):
+    """Central PrivEMDLinear over users' windowed multisets (module notes; 004 Alg. 1, Thm 4.1, Lemma 4.2)."""
+
     public_cost_basis = "per user with items in the domain, this window"
 
     def public_cost(self, rel):
         return self.cost
-
-    """Central PrivEMDLinear over users' windowed multisets (module notes; 004 Alg. 1, Thm 4.1, Lemma 4.2)."""
 
     kind = "emd_linear"
     notion = "emd"
@@ -257,12 +257,12 @@ class EMDLinear(WindowQuery):
 
 
 class EMDFrequency(WindowQuery):
+    """FreqEstLocal with the clustered k-RR over users' windowed multisets (module notes; 004 Alg. 2/4, §6.2)."""
+
     public_cost_basis = "per user with items in the domain, this window (at max_items items)"
 
     def public_cost(self, rel):
         return self.cost(self.max_items)
-
-    """FreqEstLocal with the clustered k-RR over users' windowed multisets (module notes; 004 Alg. 2/4, §6.2)."""
 
     kind = "emd_frequency"
     notion = "emd"

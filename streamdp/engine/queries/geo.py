@@ -59,6 +59,7 @@ import numpy as np
 
 from streamdp.accounting.cgp import convert_cgp_rho, gp_to_cgp
 from streamdp.accounting.cost import Cost
+from streamdp.engine.queries.locations import locate_users
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.geo.convex_hull import private_convex_hull
 from streamdp.mechanisms.geo.gaussian_cgp import GaussianCGP, IdentityQueryCGP
@@ -203,22 +204,7 @@ def user_locations(w: WindowData, frame: PlanarFrame, rule: str) -> tuple[np.nda
         return np.zeros(0, np.int64), np.zeros((0, 2))
     ok = np.isfinite(loc).all(axis=1)
     ok[ok] = frame.in_region(loc[ok])
-    rows = np.flatnonzero(ok)
-    if rows.size == 0:
-        return np.zeros(0, np.int64), np.zeros((0, 2))
-    u = w.user_ids[rows]
-    if rule == "mean":
-        users, inv = np.unique(u, return_inverse=True)
-        xy = frame.to_planar(loc[rows])
-        cnt = np.bincount(inv, minlength=users.size).astype(np.float64)
-        mx = np.bincount(inv, weights=xy[:, 0], minlength=users.size) / cnt
-        my = np.bincount(inv, weights=xy[:, 1], minlength=users.size) / cnt
-        return users, np.column_stack([mx, my])
-    order = np.lexsort((rows, w.ts[rows], u))  # by user, then event time, then arrival
-    us = u[order]
-    change = us[1:] != us[:-1]
-    pick = np.flatnonzero(np.r_[change, True] if rule == "last" else np.r_[True, change])
-    return us[pick], frame.to_planar(loc[rows[order[pick]]])
+    return locate_users(w, ok, frame.to_planar, rule)
 
 
 class _GeoQuery(WindowQuery):

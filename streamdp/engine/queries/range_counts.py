@@ -43,6 +43,7 @@ import numpy as np
 from streamdp.accounting.cgp import convert_cgp_rho, metres_per_unit
 from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, N_COMPONENTS, Cost, budget_to_fixed, cost_to_fixed
 from streamdp.engine.queries.geo import CANONICAL_CGP_UNIT, PlanarFrame
+from streamdp.engine.queries.locations import locate_users
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.adaptive.pie import MAX_ROUNDS, privacy_savings
 from streamdp.mechanisms.adaptive.range_count import Rectangle, range_count_baseline, range_count_pie
@@ -246,42 +247,26 @@ class Coordinates:
 
 def window_locations(w: WindowData, coords: Coordinates, rule: str) -> tuple[np.ndarray, np.ndarray]:
     """(sorted unique user ids, (n, 2) planar window locations) from the events with a usable ``loc``."""
-    loc = w.loc
-    if loc.shape[0] == 0:
+    if w.loc.shape[0] == 0:
         return np.zeros(0, np.int64), np.zeros((0, 2))
-    rows = np.flatnonzero(coords.accepts(loc))
-    if rows.size == 0:
-        return np.zeros(0, np.int64), np.zeros((0, 2))
-    u = w.user_ids[rows]
-    if rule == "mean":
-        users, inv = np.unique(u, return_inverse=True)
-        xy = coords.to_planar(loc[rows])
-        cnt = np.bincount(inv, minlength=users.size).astype(np.float64)
-        mx = np.bincount(inv, weights=xy[:, 0], minlength=users.size) / cnt
-        my = np.bincount(inv, weights=xy[:, 1], minlength=users.size) / cnt
-        return users, np.column_stack([mx, my])
-    order = np.lexsort((rows, w.ts[rows], u))  # by user, then event time, then arrival
-    us = u[order]
-    change = us[1:] != us[:-1]
-    pick = np.flatnonzero(np.r_[change, True] if rule == "last" else np.r_[True, change])
-    return us[pick], coords.to_planar(loc[rows[order[pick]]])
+    return locate_users(w, coords.accepts(w.loc), coords.to_planar, rule)
 
 
 # --------------------------------------------------------------------------------------- the shared machinery
 class SequentialAdaptiveQuery(WindowQuery):
-    public_cost_basis = "per user over the whole sequence of registered queries (ρ per m²; Alg. 3 allocates it)"
-
-    def public_cost(self, rel):
-        if rel.values.get("query_index") is None:
-            return Cost()
-        return Cost.cgp(self.budget_canonical / LOSS_SCALE)
-
     """m sequential local-model CGP queries bound to windows, budgeted per user by 000 Alg. 3 (module notes).
 
     Subclasses implement :meth:`_run` (one query on the admitted users' planar locations with per-user budgets
     ρ_i; returns the released values and the executed ρ per user) and :meth:`_empty` (values when nobody is
     located). State: the per-user remaining B_i (fixed point, per unit²), an int64 array over user ids.
     """
+
+    public_cost_basis = "per user over the whole sequence of registered queries (ρ per m²; Alg. 3 allocates it)"
+
+    def public_cost(self, rel):
+        if rel.values.get("query_index") is None:
+            return Cost()
+        return Cost.cgp(self.budget_canonical / LOSS_SCALE)
 
     notion = "cgp"
 
