@@ -41,10 +41,22 @@ def make_store(request):
         st.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_port(max_port: int = 65535) -> int:
+    """A free loopback port ≤ max_port (cluster mode also binds port + 10000 for its bus)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port <= max_port:
+            return port
+    with socket.socket() as s:  # the kernel's ephemeral range is all above max_port: scan below it
+        for port in range(20000, max_port):
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port")
 
 
 class CustomRedis:
@@ -61,7 +73,8 @@ class CustomRedis:
         if exe is None:
             pytest.fail("redis-server is not installed; integration tests need it")
         self.dir = tempfile.mkdtemp(prefix="streamdp-redis-x-")
-        self.port = _free_port()
+        # cluster mode binds a bus on port + 10000, which must stay ≤ 65535
+        self.port = _free_port(55535 if "--cluster-enabled" in extra else 65535)
         self.password = password
         self.socket = os.path.join(self.dir, "redis.sock") if unix else None
         self.tls = tls
