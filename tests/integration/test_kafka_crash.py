@@ -23,7 +23,7 @@ from kafka_helpers import produce, read_topic, service_config, spent_by_user, st
 
 pytestmark = pytest.mark.integration
 
-N_EVENTS = 12000
+N_EVENTS = 24000  # enough batches per partition that every scheduled crash point is reached
 PARTITIONS = 4
 # (crash point, on its N-th occurrence) — applied one after the other, each followed by a restart
 SCHEDULE = [("after_admit", 3), ("after_stage", 3), ("after_checkpoint", 3), ("mid_publish", 2),
