@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
 
+from streamdp.mechanisms.geo._checks import _pos
 from streamdp.accounting.cost import Cost
 from streamdp.mechanisms.geo.gaussian_cgp import IdentityQueryCGP
 from streamdp.mechanisms.geo.planar_laplace import IdentityQueryGP
@@ -55,16 +56,6 @@ class PCHResult:
     center: np.ndarray  # c̃
     radius: float  # R̃
     k: int
-
-
-def _pos(x, name: str) -> float:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number, got {x!r}") from None
-    if not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {x!r}")
-    return x
 
 
 def _points2(points) -> np.ndarray:

@@ -15,25 +15,15 @@ so the cost is Cost.cgp(ε²/2) with ε per (coordinate unit).
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
+from streamdp.mechanisms.geo._checks import _pos
 from streamdp.accounting.cgp import gp_to_cgp
 from streamdp.accounting.cost import Cost
 from streamdp.noise import samplers
 
 __all__ = ["PlanarLaplaceGP", "IdentityQueryGP", "gp_cost"]
-
-
-def _pos(x, name: str) -> float:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number, got {x!r}") from None
-    if not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {x!r}")
-    return x
 
 
 def gp_cost(epsilon: float) -> Cost:

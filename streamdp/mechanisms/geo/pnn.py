@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamdp.mechanisms.geo._checks import _pos, _points
 from streamdp.accounting.cost import Cost
 from streamdp.mechanisms.geo.gaussian_cgp import IdentityQueryCGP
 from streamdp.mechanisms.geo.planar_laplace import IdentityQueryGP, gp_cost
@@ -54,25 +55,6 @@ class PNNResult:
     index: int
     steps: int
     fell_back: bool
-
-
-def _pos(x, name: str) -> float:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number, got {x!r}") from None
-    if not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {x!r}")
-    return x
-
-
-def _points(points) -> np.ndarray:
-    x = np.asarray(points, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] == 0:
-        raise ValueError(f"points must be a non-empty (n, d) array, got shape {x.shape}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError("points must be finite")
-    return x
 
 
 def _query_point(p, d: int) -> np.ndarray:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamdp.mechanisms.geo._checks import _pos
 from streamdp.accounting.cost import Cost
 from streamdp.noise import samplers
 
@@ -37,16 +38,6 @@ class SVTResult:
 
     index: int | None
     steps: int
-
-
-def _pos(x, name: str) -> float:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number, got {x!r}") from None
-    if not math.isfinite(x) or x <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {x!r}")
-    return x
 
 
 class SparseVectorGP:
