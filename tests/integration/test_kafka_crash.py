@@ -23,7 +23,7 @@ from kafka_helpers import produce, read_topic, service_config, spent_by_user, st
 
 pytestmark = pytest.mark.integration
 
-N_EVENTS = 24000  # enough batches per partition that every scheduled crash point is reached
+N_EVENTS = 16000  # with the small fetches below, every scheduled crash point is reached well before the end
 PARTITIONS = 4
 # (crash point, on its N-th occurrence) — applied one after the other, each followed by a restart
 SCHEDULE = [("after_admit", 3), ("after_stage", 3), ("after_checkpoint", 3), ("mid_publish", 2),
@@ -58,7 +58,9 @@ def test_sigkill_at_every_point_then_restart_equals_undisturbed_run(tansu, redis
     base = service_config(topic_prefix + "base.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
     crash = service_config(topic_prefix + "crash.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
     crash["kafka"]["input_topic"] = base["kafka"]["input_topic"]  # the same input, read by two groups
-    crash["kafka"]["batch_max_records"] = 400  # many small batches: crashes land in the middle of the stream
+    # many small batches and small fetches (≈ 40 events per partition per fetch), so the partitions advance together
+    # and windows close from the start: every scheduled crash lands mid-stream, whatever the broker's interleaving
+    crash["kafka"].update(batch_max_records=400, fetch_max_bytes=32 * 1024, max_partition_fetch_bytes=8 * 1024)
     produce(tansu.bootstrap, base["kafka"]["input_topic"], events, PARTITIONS)
     url_base = redis_server.url.rsplit("/", 1)[0] + "/1"
     url_crash = redis_server.url.rsplit("/", 1)[0] + "/2"

@@ -70,3 +70,18 @@ def test_inconsistent_security_settings_name_the_field(settings, field):
 def test_unknown_protocol_is_a_config_error():
     with pytest.raises(ConfigError, match="kafka.security_protocol"):
         kafka_section(security_protocol="TLS")
+
+
+def test_fetch_settings_pass_from_config_to_worker_options():
+    from streamdp.adapters.kafka.worker import WorkerOptions
+
+    o = WorkerOptions.from_config(kafka_section(fetch_max_bytes=32768, max_partition_fetch_bytes=8192,
+                                                prefetch_batches=2, batch_max_records=400))
+    assert (o.fetch_max_bytes, o.max_partition_fetch_bytes, o.prefetch_batches, o.batch_max_records) == \
+        (32768, 8192, 2, 400)
+    d = WorkerOptions.from_config(kafka_section())
+    assert (d.fetch_max_bytes, d.max_partition_fetch_bytes, d.prefetch_batches) == (1 << 20, 1 << 20, 4)
+    with pytest.raises(ConfigError, match=r"kafka\.fetch_max_bytes"):
+        kafka_section(fetch_max_bytes=10)
+    with pytest.raises(ConfigError, match=r"kafka\.prefetch_batches"):
+        kafka_section(prefetch_batches=0)

@@ -98,6 +98,9 @@ class WorkerOptions:
         o = cls(input_topic=kafka["input_topic"], output_prefix=kafka["output_prefix"],
                 dead_letter_topic=kafka["dead_letter_topic"], group_id=kafka["group_id"],
                 partitions=kafka["partitions"], batch_max_records=kafka["batch_max_records"])
+        for k in ("fetch_max_bytes", "max_partition_fetch_bytes", "prefetch_batches"):
+            if k in kafka:
+                setattr(o, k, kafka[k])
         for k, v in over.items():
             if v is not None:
                 setattr(o, k, v)
