@@ -10,7 +10,11 @@ keyed by user) into a topic of P partitions, then measures on that topic:
    window-close latency from the batch whose watermark passed the window end to its records acknowledged as
    published;
 3. the embedded pipeline on the same payloads (no broker, in-memory store) for reference;
-4. optionally (``--faust``) a faust-streaming agent with ``stream.take`` on the same topic (consumption only).
+4. optionally (``--faust``) a faust-streaming agent with ``stream.take`` on the same topic (consumption only);
+5. optionally (``--staged``) DESIGN §4's staged topology: one stage A ingest worker forwards the topic to a fresh
+   internal topic (its rate: events/s from its first fetched record to the last acknowledged forward), then the
+   coordinator consumes those forward records (same measure as 2.) — the rate the topology sustains once enough
+   ingest workers keep up.
 
 Steps 1 and 2 are repeated ``--repeat`` times (default 3), interleaved, with a flushed Redis before each worker
 run; the table reports medians (and the range of the ratio) with the load average.
@@ -199,6 +203,32 @@ async def worker_run(cfg, store_url: str, n: int, **over) -> dict:
     return out
 
 
+async def ingest_run(cfg, n: int, group: str) -> float:
+    """One stage A worker (in process) from its first fetched record to its n-th event forwarded (acknowledged)."""
+    from streamdp.adapters.kafka.broker_config import client_kwargs
+    from streamdp.adapters.kafka.ingest import IngestWorker
+    from streamdp.adapters.kafka.worker import WorkerOptions
+
+    opts = WorkerOptions.from_config(cfg.kafka, group_id=group, role="ingest")
+    w = IngestWorker(client_kwargs(cfg.kafka), opts)
+    await w.start()
+    first: list[float] = []
+    forward = w.forward
+
+    async def timed_forward(batch, gen):
+        if not first:
+            first.append(time.perf_counter())
+        await forward(batch, gen)
+        if w.forwarded_events >= n:
+            w.request_stop()
+
+    w.forward = timed_forward
+    await w._loop()
+    t1 = time.perf_counter()
+    await w.stop()
+    return n / (t1 - first[0])
+
+
 def embedded_rate(cfg, payloads: list[bytes], batch: int) -> float:
     from streamdp.accounting.cost import budget_vector
     from streamdp.engine.engine import ReleaseEngine
@@ -276,6 +306,7 @@ def main() -> None:
     ap.add_argument("--step-max-records", type=int, default=None, help="WorkerOptions.step_max_records")
     ap.add_argument("--no-offload", action="store_true", help="WorkerOptions.offload = False")
     ap.add_argument("--faust", action="store_true")
+    ap.add_argument("--staged", action="store_true", help="also measure stage A (ingest) and the coordinator")
     ap.add_argument("--faust-timeout", type=float, default=180)
     args = ap.parse_args()
 
@@ -312,6 +343,18 @@ def main() -> None:
             c3, t3 = cpu(), time.perf_counter()
             w["cpu"] = [b - a for a, b in zip(c2, c3)]
             w["wall"] = t3 - t2
+            if args.staged:
+                scfg = make_config(args, bootstrap, topic)
+                scfg.kafka["internal_prefix"] = f"bench.internal{i}."
+                w["ingest_eps"] = asyncio.run(ingest_run(scfg, n, f"bench-staged{i}"))
+                redis.Redis.from_url(store_url).flushdb()
+                c4 = cpu()
+                co = asyncio.run(worker_run(scfg, store_url, n, **over, role="coordinator"))
+                w["coord_eps"], w["coord_cpu"] = co["eps_steady"], [b - a for a, b in zip(c4, cpu())]
+                print(f"  staged: one ingest worker {w['ingest_eps']:,.0f} events/s; coordinator "
+                      f"{co['eps_steady']:,.0f} events/s (ratio to raw {co['eps_steady'] / raw_steady:.2f}); "
+                      f"coordinator CPU s (python, tansu, redis) {'/'.join(f'{x:.2f}' for x in w['coord_cpu'])}",
+                      flush=True)
             runs.append((raw_steady, raw_total, w, [b - a for a, b in zip(c0, c1)]))
             print(f"run {i + 1}: raw {raw_steady:,.0f} events/s, worker {w['eps_steady']:,.0f} events/s, "
                   f"ratio {w['eps_steady'] / raw_steady:.2f}, load {os.getloadavg()[0]:.2f}; CPU s "
@@ -348,6 +391,13 @@ def main() -> None:
         ("worker run CPU s: python / tansu / redis-server (median run)", "/".join(f"{x:.2f}" for x in w["cpu"])),
         ("worker run wall s incl. start and final checkpoint", f"{w['wall']:.2f}"),
     ]
+    if args.staged:
+        ing = med(r[2]["ingest_eps"] for r in runs)
+        cr = sorted(r[2]["coord_eps"] / r[0] for r in runs)
+        rows += [("staged: one ingest worker (stage A), events/s", f"{ing:,.0f}"),
+                 ("staged: coordinator on forward records, events/s", f"{med(r[2]['coord_eps'] for r in runs):,.0f}"),
+                 ("staged: ratio coordinator / raw aiokafka, median", f"{med(cr):.2f}"),
+                 ("staged: ratio coordinator / raw aiokafka, min … max", f"{cr[0]:.2f} … {cr[-1]:.2f}")]
     if args.faust:
         rows.append(("faust-streaming agent stream.take, events/s",
                      f"{fa['eps']:,.0f}" if fa else "did not finish"))
