@@ -38,6 +38,11 @@ def test_round_trip_is_lossless(n):
     rec = decode(encode(ForwardRecord(5, 100, hi, offsets, payloads, parsed)))
     assert (rec.partition, rec.lo, rec.hi, rec.next_offset) == (5, 100, hi, hi + 1)
     assert rec.offsets.tolist() == offsets.tolist() and rec.payloads == payloads
+    assert len(rec.payloads) == n and [rec.payloads[i] for i in range(n)] == payloads
+    if n:
+        assert rec.payloads[-1] == payloads[-1]
+    with pytest.raises(IndexError):
+        rec.payloads[n]
     b = rec.batch
     assert b.users == parsed.users and b.items == parsed.items
     assert b.item_offsets.tolist() == parsed.item_offsets.tolist()

@@ -39,6 +39,28 @@ VERSION = 1
 _HEAD = struct.Struct("<4sI")
 
 
+class Payloads:
+    """The raw payloads of a decoded record, sliced on demand (the coordinator needs only those it dead-letters)."""
+
+    __slots__ = ("_blob", "_ends")
+
+    def __init__(self, blob: bytes, ends: np.ndarray) -> None:
+        self._blob, self._ends = blob, ends
+
+    def __len__(self) -> int:
+        return int(self._ends.size)
+
+    def __getitem__(self, i: int) -> bytes:
+        i = range(len(self))[i]  # bounds and negative indices as for a list
+        return bytes(self._blob[(int(self._ends[i - 1]) if i else 0):int(self._ends[i])])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+
 class ForwardError(ValueError):
     """A forward record that cannot be decoded (not written by a compatible stage A)."""
 
@@ -51,7 +73,7 @@ class ForwardRecord:
     lo: int
     hi: int  # the last input offset vouched for (≥ lo − 1: ``hi = lo − 1`` is an empty range)
     offsets: np.ndarray  # int64, input offsets of the valid events (increasing, within [lo, hi])
-    payloads: list[bytes]  # their raw payloads
+    payloads: "list[bytes] | Payloads"  # their raw payloads
     batch: EventBatch  # the parsed events; ``source_rows`` = 0..n−1 (index ``payloads``)
 
     @property
@@ -117,8 +139,7 @@ def decode(data: bytes) -> ForwardRecord:
             raise ForwardError("forward record is truncated or inconsistent")
         udict, idict = h["users"], h["items"]
         ua, ia = np.asarray(udict, dtype=object), np.asarray(idict, dtype=object)
-        starts = np.concatenate(([0], ends[:-1])) if n else ends
-        payloads = [bytes(blob[s:e]) for s, e in zip(starts.tolist(), ends.tolist())]
+        payloads = Payloads(blob, ends)
         batch = EventBatch(users=ua[ucodes].tolist() if n else [], ts=ts, item_offsets=item_offsets,
                            items=ia[icodes].tolist() if m else [], value=value, loc=loc,
                            source_rows=np.arange(n, dtype=np.int64))
