@@ -202,6 +202,7 @@ class IngestWorker:
 
         self.generation += 1
         self.next.clear()
+        self._last_input = time.monotonic()  # the runs are read again from here: restart the drain-idle clock
         for p in sorted(tp.partition for tp in self.consumer.assignment()):
             tp = TopicPartition(self.opts.input_topic, p)
             self.consumer.seek(tp, await self._committed(tp))

@@ -366,8 +366,9 @@ class KafkaWorker:
                         and queue.empty() and self._carry is None
                         and time.monotonic() - self._last_input >= o.drain_idle):
                     async with self.lock:
-                        if self.engine is not None:
-                            await self._safe(self._drain)
+                        drained = self.engine is None or await self._safe(self._drain)
+                    if not drained:  # the checkpoint was restored: read the input again from its offsets
+                        continue
                     log.info("input idle: drained", extra={"idle_seconds": o.drain_idle})
                     break
         finally:
@@ -420,13 +421,15 @@ class KafkaWorker:
     def _dirty(self) -> bool:
         return self._batches_since > 0
 
-    async def _safe(self, fn, *args) -> None:
-        """Run one protocol step; on a Redis/Kafka failure restore the last checkpoint (nothing uncharged leaves)."""
+    async def _safe(self, fn, *args) -> bool:
+        """Run one protocol step; on a Redis/Kafka failure restore the last checkpoint (nothing uncharged leaves).
+        Returns whether the step completed (False: it failed and the last checkpoint was restored, or fenced)."""
         from aiokafka.errors import KafkaError
 
         try:
             try:
                 await fn(*args)
+                return True
             except (StoreError, KafkaError, ConnectionError, asyncio.TimeoutError) as e:
                 log.error("step failed; restoring the last checkpoint", extra={"error": str(e),
                                                                                "error_type": type(e).__name__})
@@ -437,6 +440,7 @@ class KafkaWorker:
             self.engine = self.stage = None
             self.exit_code = 3
             self.stopping.set()
+        return False
 
     # ---- ownership -----------------------------------------------------------------------------------------
     async def on_assigned(self, assigned) -> None:
@@ -524,6 +528,7 @@ class KafkaWorker:
         for tp, off in positions.items():
             self.consumer.seek(tp, int(off))
         self.generation += 1
+        self._last_input = time.monotonic()  # the input is read again from here: restart the drain-idle clock
 
     # ---- one batch -----------------------------------------------------------------------------------------
     async def _step(self, items: list[Fetched]) -> None:
