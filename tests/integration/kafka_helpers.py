@@ -166,3 +166,27 @@ def embedded_releases(raw_cfg: dict, events: list[bytes], batch: int = 5000):
 
 def spent_by_user(store) -> dict:
     return {u.user: (tuple(int(x) for x in u.spent), bool(u.halted)) for u in store.iter_users()}
+
+
+def wait_for(cond, timeout: float, what: str, proc: subprocess.Popen | None = None, poll: float = 0.02):
+    """Poll ``cond()`` until truthy (returns its value); fail after ``timeout`` s, or when ``proc`` exits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"worker exited (rc={proc.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+
+
+def checkpoint_info(url: str, group: str, input_topic: str) -> dict:
+    """The ``info`` of a worker's Redis checkpoint (group = the consumer group of its role)."""
+    import json
+
+    import redis
+
+    info = redis.Redis.from_url(url).hget(f"sdp:ckpt:{group}:{input_topic}", "info")
+    return json.loads(info) if info else {}

@@ -130,20 +130,6 @@ def count_msg(path, msg: str) -> int:
     return sum(1 for d in log_lines(path) if d.get("msg") == msg)
 
 
-def wait_for(cond, timeout: float, what: str, proc: subprocess.Popen | None = None, poll: float = 0.02):
-    """Poll ``cond()`` until truthy (returns its value); fail after ``timeout`` s, or when ``proc`` exits."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"worker exited (rc={proc.returncode}) while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(poll)
-
-
 def scrape_metric(port: int, name: str) -> float | None:
     """The value of an unlabelled metric on the worker's Prometheus endpoint (None: not exported)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:

@@ -37,8 +37,8 @@ from streamdp.filter.redis_store import RedisBudgetStore
 from streamdp.input import sources
 
 from kafka_helpers import (malformed_events, produce, read_topic, service_config, spent_by_user, start_worker,
-                           write_config)
-from outage_helpers import PersistentRedis, count_msg, free_port, positions, records, scrape_metric, wait_for
+                           wait_for, write_config)
+from outage_helpers import PersistentRedis, count_msg, free_port, positions, records, scrape_metric
 
 pytestmark = pytest.mark.integration
 

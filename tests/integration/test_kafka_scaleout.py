@@ -6,16 +6,15 @@ owner is killed with SIGKILL and the standby takes over from the Redis checkpoin
 from __future__ import annotations
 
 import collections
-import json
 import signal
-import time
 
 import pytest
 import redis
 
 from streamdp.input import sources
 
-from kafka_helpers import produce, read_topic, service_config, spent_by_user, start_worker, write_config
+from kafka_helpers import (checkpoint_info, produce, read_topic, service_config, spent_by_user, start_worker,
+                           wait_for, write_config)
 from streamdp.filter.redis_store import RedisBudgetStore
 
 pytestmark = pytest.mark.integration
@@ -25,18 +24,7 @@ GROUP_ARGS = ["--session-timeout-ms", "6000"]
 
 
 def _checkpoint_info(url: str, raw: dict) -> dict:
-    r = redis.Redis.from_url(url)
-    info = r.hget(f"sdp:ckpt:{raw['kafka']['group_id']}:{raw['kafka']['input_topic']}", "info")
-    return json.loads(info) if info else {}
-
-
-def _wait_for(pred, timeout: float, what: str) -> None:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if pred():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return checkpoint_info(url, raw["kafka"]["group_id"], raw["kafka"]["input_topic"])
 
 
 def _releases(bootstrap: str, raw: dict, min_count: int) -> dict:
@@ -71,12 +59,12 @@ def test_two_workers_with_rebalance_and_failover_equal_one_worker(tansu, redis_s
     a = start_worker(["--config", cfg, "--store", url_two, *GROUP_ARGS], log_path=str(tmp_path / "a.log"))
     b = None
     try:
-        _wait_for(lambda: _checkpoint_info(url_two, two).get("last_closed", 0) >= 5, 60, "A to release windows")
+        wait_for(lambda: _checkpoint_info(url_two, two).get("last_closed", 0) >= 5, 60, "A to release windows")
         b = start_worker(["--config", cfg, "--store", url_two, "--drain-idle", "2", *GROUP_ARGS],
                          log_path=str(tmp_path / "b.log"))
-        _wait_for(lambda: "standby" in (tmp_path / "b.log").read_text(), 60, "B to join as standby")
+        wait_for(lambda: "standby" in (tmp_path / "b.log").read_text(), 60, "B to join as standby")
         produce(tansu.bootstrap, topic, thirds[1], PARTITIONS)
-        _wait_for(lambda: _checkpoint_info(url_two, two).get("last_closed", 0) >= 20, 60, "A to go on")
+        wait_for(lambda: _checkpoint_info(url_two, two).get("last_closed", 0) >= 20, 60, "A to go on")
         last_a = _checkpoint_info(url_two, two)["last_closed"]
         a.send_signal(signal.SIGKILL)
         a.wait(10)

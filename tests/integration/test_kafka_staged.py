@@ -7,9 +7,7 @@ coordinator skips the duplicates) and the coordinator killed after a charge and 
 from __future__ import annotations
 
 import collections
-import json
 import signal
-import time
 
 import orjson
 import pytest
@@ -18,27 +16,13 @@ import redis
 from streamdp.filter.redis_store import RedisBudgetStore
 from streamdp.input import sources
 
-from kafka_helpers import (malformed_events, produce, read_topic, service_config, spent_by_user, start_worker,
-                           write_config)
+from kafka_helpers import (checkpoint_info, malformed_events, produce, read_topic, service_config, spent_by_user,
+                           start_worker, wait_for, write_config)
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
 GROUP = ["--session-timeout-ms", "6000"]
-
-
-def _ckpt(url: str, raw: dict, group: str) -> dict:
-    info = redis.Redis.from_url(url).hget(f"sdp:ckpt:{group}:{raw['kafka']['input_topic']}", "info")
-    return json.loads(info) if info else {}
-
-
-def _wait_for(pred, timeout: float, what: str) -> None:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _outputs(bootstrap: str, raw: dict, min_count: int):
@@ -94,7 +78,7 @@ def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, to
         a2 = start_worker(ingest, log_path=str(tmp_path / "a2.log"))
         assert a1.wait(60) == -signal.SIGKILL, "ingest worker a1 did not reach its crash point"
         assert c.wait(60) == -signal.SIGKILL, "the coordinator did not reach its crash point"
-        _wait_for(lambda: '"partitions": [0, 1, 2, 3]' in (tmp_path / "a2.log").read_text(), 60,
+        wait_for(lambda: '"partitions": [0, 1, 2, 3]' in (tmp_path / "a2.log").read_text(), 60,
                   "a2 to take over a1's partitions")
         # restarted standalone (no wait for the dead member's group session; the checkpoint claim fences it)
         c = start_worker([*coord, "--standalone", "--drain-idle", "5"], log_path=str(tmp_path / "c.log"))
@@ -107,7 +91,7 @@ def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, to
     c_log = (tmp_path / "c.log").read_text()
     assert "owner: restored checkpoint" in c_log
     assert "re-send) skipped" in c_log  # a1's forwarded-but-uncommitted run came again from a2
-    assert _ckpt(url_st, st, cgroup)["last_closed"] > 20
+    assert checkpoint_info(url_st, cgroup, st["kafka"]["input_topic"])["last_closed"] > 20
 
     r_one, d_one = _outputs(tansu.bootstrap, one, 20)
     r_st, d_st = _outputs(tansu.bootstrap, st, len(r_one))

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import socket
 import time
 from dataclasses import replace
@@ -30,6 +29,7 @@ import numpy as np
 
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import ForwardRecord, encode
+from streamdp.adapters.kafka.topics import stop_clients, stop_on_signals, topic_partitions
 from streamdp.adapters.metrics import WorkerMetrics
 
 log = logging.getLogger("streamdp.kafka")
@@ -69,10 +69,10 @@ class IngestWorker:
             max_poll_interval_ms=300000, fetch_max_bytes=o.fetch_max_bytes,
             max_partition_fetch_bytes=o.max_partition_fetch_bytes)
         await self.consumer.start()
-        n_in = len(await _partitions(self.consumer, o.input_topic))
+        n_in = len(await topic_partitions(self.consumer, o.input_topic))
         if o.create_topics:
             await ensure_topics(self.client_kw, [o.internal_topic], n_in)
-        n_fw = len(await _partitions(self.consumer, o.internal_topic))
+        n_fw = len(await topic_partitions(self.consumer, o.internal_topic))
         if n_fw < n_in:
             raise RuntimeError(f"internal topic {o.internal_topic!r} has {n_fw} partitions, the input topic "
                                f"{o.input_topic!r} {n_in}: it needs one per input partition")
@@ -98,24 +98,14 @@ class IngestWorker:
                                                  "internal_topic": o.internal_topic, "group": self.group})
 
     async def stop(self) -> None:
-        for c in (self.consumer, self.producer):
-            if c is not None:
-                try:
-                    await c.stop()
-                except Exception as e:  # pragma: no cover - best effort on shutdown
-                    log.warning("client stop failed", extra={"error": str(e)})
+        await stop_clients(self.consumer, self.producer)
 
     def request_stop(self) -> None:
         self.stopping.set()
 
     async def run(self) -> int:
         await self.start()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, self.request_stop)
-            except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
-                pass
+        stop_on_signals(self.request_stop)
         try:
             await self._loop()
         finally:
@@ -207,15 +197,3 @@ class IngestWorker:
             tp = TopicPartition(self.opts.input_topic, p)
             self.consumer.seek(tp, await self._committed(tp))
         await asyncio.sleep(1.0)
-
-
-async def _partitions(consumer, topic: str, timeout: float = 30.0) -> list[int]:
-    t0 = time.monotonic()
-    while True:
-        parts = consumer.partitions_for_topic(topic)
-        if parts:
-            return sorted(parts)
-        if time.monotonic() - t0 > timeout:
-            raise RuntimeError(f"topic {topic!r} has no partitions (does it exist?)")
-        await consumer._client.force_metadata_update()
-        await asyncio.sleep(0.2)

@@ -1,8 +1,12 @@
-"""Topic names of the service and their creation with the admin client."""
+"""Topic names of the service, their creation with the admin client, and the client lifecycle shared by the
+workers (partition discovery, stop signals, shutdown)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
+import time
 
 log = logging.getLogger("streamdp.kafka")
 
@@ -23,6 +27,39 @@ def forward_topic(kafka: dict) -> str:
     """The staged topology's internal topic (stage A → coordinator, ``forward.py``): ``<internal_prefix>parsed``;
     one partition per input partition."""
     return f"{kafka.get('internal_prefix', 'streamdp.internal.')}parsed"
+
+
+async def topic_partitions(consumer, topic: str, timeout: float = 30.0) -> list[int]:
+    """The partition numbers of ``topic`` as ``consumer``'s metadata knows them (refreshing it until they appear)."""
+    t0 = time.monotonic()
+    while True:
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            return sorted(parts)
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"topic {topic!r} has no partitions (does it exist?)")
+        await consumer._client.force_metadata_update()
+        await asyncio.sleep(0.2)
+
+
+def stop_on_signals(request_stop) -> None:
+    """SIGTERM / SIGINT → ``request_stop()`` (the worker finishes its step and exits cleanly)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, request_stop)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
+            pass
+
+
+async def stop_clients(*clients) -> None:
+    """Stop aiokafka clients, best effort (shutdown goes on if one fails)."""
+    for c in clients:
+        if c is not None:
+            try:
+                await c.stop()
+            except Exception as e:  # pragma: no cover - best effort on shutdown
+                log.warning("client stop failed", extra={"client": type(c).__name__, "error": str(e)})
 
 
 async def ensure_topics(client_kw: dict, names: list[str], partitions: int, replication: int = 1,

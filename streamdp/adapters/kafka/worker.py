@@ -40,7 +40,6 @@ import asyncio
 import base64
 import logging
 import os
-import signal
 import socket
 import time
 from dataclasses import dataclass, field, replace
@@ -54,7 +53,8 @@ from streamdp.adapters.kafka.checkpoint import (Checkpoint, DeferredReleaseLog, 
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import accept as accept_forward
 from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
-from streamdp.adapters.kafka.topics import ensure_topics, forward_topic, output_topic
+from streamdp.adapters.kafka.topics import (ensure_topics, forward_topic, output_topic, stop_clients, stop_on_signals,
+                                           topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseEngine, WindowSummary
 from streamdp.filter.store import StoreError
@@ -276,8 +276,8 @@ class KafkaWorker:
             fetch_max_bytes=o.fetch_max_bytes, max_partition_fetch_bytes=o.max_partition_fetch_bytes)
         if self.coordinator:
             await self.consumer.start()
-            self.input_partitions = set(await self._topic_partitions(o.input_topic))
-            n_fw = len(await self._topic_partitions(o.internal_topic))
+            self.input_partitions = set(await topic_partitions(self.consumer, o.input_topic))
+            n_fw = len(await topic_partitions(self.consumer, o.internal_topic))
             if n_fw < len(self.input_partitions):
                 raise RuntimeError(f"internal topic {o.internal_topic!r} has {n_fw} partitions, the input topic "
                                    f"{o.input_topic!r} {len(self.input_partitions)}: it needs one per input partition")
@@ -290,47 +290,24 @@ class KafkaWorker:
 
             if not self.coordinator:
                 await self.consumer.start()
-            tps = [TopicPartition(self.source_topic, p) for p in await self._topic_partitions(self.source_topic)]
+            parts = await topic_partitions(self.consumer, self.source_topic)
+            tps = [TopicPartition(self.source_topic, p) for p in parts]
             self.consumer.assign(tps)
             await self.on_assigned(tps)
         log.info("worker started", extra={"worker": self.worker_id, "input_topic": o.input_topic,
-                                          "role": o.role, "source_topic": self.source_topic, "group": self.group, "queries": list(self.topic_of),
+                                          "role": o.role, "source_topic": self.source_topic, "group": self.group,
+                                          "queries": list(self.topic_of),
                                           "test_mode": self.test_mode})
 
-    async def _topic_partitions(self, topic: str, timeout: float = 30.0) -> list[int]:
-        t0 = time.monotonic()
-        while True:
-            parts = self.consumer.partitions_for_topic(topic)
-            if parts:
-                return sorted(parts)
-            if time.monotonic() - t0 > timeout:
-                raise RuntimeError(f"topic {topic!r} has no partitions (does it exist?)")
-            await self.consumer._client.force_metadata_update()
-            await asyncio.sleep(0.2)
-
     async def stop(self) -> None:
-        if self.consumer is not None:
-            try:
-                await self.consumer.stop()
-            except Exception as e:  # pragma: no cover - best effort on shutdown
-                log.warning("consumer stop failed", extra={"error": str(e)})
-        if self.producer is not None:
-            try:
-                await self.producer.stop()
-            except Exception as e:  # pragma: no cover
-                log.warning("producer stop failed", extra={"error": str(e)})
+        await stop_clients(self.consumer, self.producer)
 
     def request_stop(self) -> None:
         self.stopping.set()
 
     async def run(self) -> int:
         await self.start()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, self.request_stop)
-            except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
-                pass
+        stop_on_signals(self.request_stop)
         try:
             await self._loop()
             async with self.lock:
