@@ -85,3 +85,17 @@ def test_config_check_names_the_offending_field(tmp_path, capsys, body, field):
 def test_config_check_missing_file(capsys):
     assert main(["config", "check", "/nonexistent/x.toml"]) != 0
     assert "not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "--role", "ingest", "--standalone"], "--standalone is for --role all"),
+    (["run", "--role", "ingest", "--session-timeout-ms", "10"], "--session-timeout-ms must be ≥ 1000"),
+    (["run", "--role", "coordinator", "--store", "memory://"], "needs a Redis budget store"),
+])
+def test_run_roles_refuse_bad_flags_with_one_clear_line(argv, message, capsys):
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert message in err
+    with pytest.raises(SystemExit):  # argparse: not a role
+        main(["run", "--role", "stage-b"])
+    assert "invalid choice: 'stage-b'" in capsys.readouterr().err
