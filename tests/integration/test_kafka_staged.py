@@ -1,12 +1,14 @@
 """The staged topology (DESIGN.md §4): ingest workers (stage A, ``--role ingest``) share the input partitions and
 forward parsed events; one coordinator (``--role coordinator``) releases. It publishes exactly the releases, dead
-letters and budget charges of one ``--role all`` worker on the same input (test-mode noise) — with an ingest
+letters and budget charges of one ``--role all`` worker on the same input (test-mode noise) — taking over from an
+``all`` worker killed mid-stream (a deployment switching shape keeps its state), with an ingest
 worker killed between forwarding and committing (its partitions move to the other, which re-sends: the
 coordinator skips the duplicates) and the coordinator killed after a charge and restarted from its checkpoint."""
 
 from __future__ import annotations
 
 import collections
+import json
 import signal
 
 import orjson
@@ -66,9 +68,14 @@ def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, to
     cfg = write_config(tmp_path / "st.toml", st)
     ingest = ["--config", cfg, "--role", "ingest", *GROUP]
     coord = ["--config", cfg, "--store", url_st, "--role", "coordinator", *GROUP]
-    cgroup = st["kafka"]["group_id"] + ".coordinator"
     a1 = a2 = c = None
     try:
+        # the deployment starts as ONE `--role all` worker, which dies mid-stream (after publishing releases a 3rd
+        # time); the staged topology takes over from its checkpoint (one engine state per group and input topic)
+        w = start_worker(["--config", cfg, "--store", url_st, "--standalone"],
+                         {"STREAMDP_CRASH_POINT": "after_publish", "STREAMDP_CRASH_COUNT": "3"},
+                         str(tmp_path / "all.log"))
+        assert w.wait(60) == -signal.SIGKILL, "the `all` worker did not reach its crash point"
         # the coordinator charges the users of its 3rd window and dies before checkpointing
         c = start_worker(coord, {"STREAMDP_CRASH_POINT": "after_admit", "STREAMDP_CRASH_COUNT": "3"},
                          str(tmp_path / "c.log"))
@@ -89,9 +96,11 @@ def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, to
         _stop(a1, a2, c)
 
     c_log = (tmp_path / "c.log").read_text()
-    assert "owner: restored checkpoint" in c_log
+    restores = [json.loads(x) for x in c_log.splitlines() if "owner: restored checkpoint" in x]
+    assert len(restores) == 2 and restores[0]["last_closed"] > 0  # the `all` worker's state carried over
+    assert restores[1]["last_closed"] >= restores[0]["last_closed"]
     assert "re-send) skipped" in c_log  # a1's forwarded-but-uncommitted run came again from a2
-    assert checkpoint_info(url_st, cgroup, st["kafka"]["input_topic"])["last_closed"] > 20
+    assert checkpoint_info(url_st, st["kafka"]["group_id"], st["kafka"]["input_topic"])["last_closed"] > 20
 
     r_one, d_one = _outputs(tansu.bootstrap, one, 20)
     r_st, d_st = _outputs(tansu.bootstrap, st, len(r_one))

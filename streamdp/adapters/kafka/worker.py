@@ -231,7 +231,10 @@ class KafkaWorker:
             raise ValueError(f"role: {opts.role!r} is not a KafkaWorker role (all, coordinator)")
         self.source_topic = opts.internal_topic if self.coordinator else opts.input_topic
         self.group = f"{opts.group_id}.coordinator" if self.coordinator else opts.group_id
-        self.ckpt = RedisCheckpoint(store, self.group, opts.input_topic)
+        # ONE engine state per (group_id, input topic) whatever the role: the checkpoint's offsets are input offsets
+        # in both shapes, so a deployment can switch between `all` and the staged topology and carry its state (and
+        # its drawn noise) over; an `all` worker and a coordinator running at once fence each other
+        self.ckpt = RedisCheckpoint(store, opts.group_id, opts.input_topic)
         self.faults = FaultInjector.from_env()
         self.dstore = DeferredReleaseLog(store, after_admit=lambda: self.faults.hit("after_admit"))
         self.test_mode = cfg.service.get("unsafe_test_seed") is not None
