@@ -5,13 +5,30 @@ Starts its own redis-server (no persistence) on a free loopback port and measure
 
 * ``admit``        — RedisBudgetStore.admit (the Lua check-and-charge of 000 eq. (7)), one cost vector per batch;
 * ``admit mixed``  — the same with ~50 distinct cost vectors per batch (index path of the script);
-* ``settle``       — RedisBudgetStore.settle of the admitted batch to a lower actual cost;
+* ``admit ids``    — ``admit_ids`` by the engine's interned ids (its name table), one cost vector per batch;
+* ``distinct``     — one cost vector, but every user has a different spent value (no two users share an
+                     outcome: the script's per-value memo never hits — its worst case; it switches the memo off
+                     after 512 users);
+* ``m = n``        — every user its own cost vector (the script's memo is off);
+* ``settle``       — RedisBudgetStore.settle of the admitted batch to a lower actual cost (two components change);
 * ``HINCRBY py``   — baseline: one HINCRBY per user in a redis-py pipeline (no check, no idempotency);
 * ``HINCRBY raw``  — the same pipeline packed by hand (what the store's own packer does), i.e. server-bound.
 
-Each figure is users per second, the best of ``--repeats`` runs of ``--rounds`` batches (fresh seq per batch).
+and a **stream workload** like the Kafka worker benchmark's (``--stream-users 50000``, 19 windows of 9000 users
+drawn afresh from them, 3 cost vectors, a budget that halts a user after ~2–3 windows, fresh store; admitted by
+``admit_ids`` as the engine does): users per second and Redis script µs per user-window, both stores in the same
+window-by-window interleaving.
 
-    .venv/bin/python benchmarks/bench_filter_redis.py [--rounds 20] [--repeats 3] [--chunk 10000]
+Each figure is users per second, the best of ``--repeats`` runs of ``--rounds`` batches (fresh seq per batch),
+after one warm-up run that is not recorded.
+``µs/user`` columns are the Redis-side script time per user-window (``INFO commandstats``: EVALSHA usec / users,
+best run), i.e. the server CPU the Lua scripts cost.
+
+``--baseline REV`` also loads ``redis_store.py`` / ``redis_scripts.py`` of git revision REV (``git show``; nothing
+in the work tree changes) and runs the same cases on it, interleaved with the current code (separate namespaces
+on the same server), so old and new are compared under the same load.
+
+    .venv/bin/python benchmarks/bench_filter_redis.py [--rounds 20] [--repeats 3] [--chunk 10000] [--baseline HEAD]
 """
 
 from __future__ import annotations
@@ -25,12 +42,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 import numpy as np
 import redis
 
 from streamdp.accounting.cost import N_COMPONENTS
+from streamdp.engine.query import Names
 from streamdp.filter.redis_store import RedisBudgetStore, _pack
+from streamdp.noise.generator import unsafe_seeded_generator
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def free_port() -> int:
@@ -58,14 +80,93 @@ def start_redis() -> tuple[subprocess.Popen, str, str]:
     sys.exit("redis-server did not start")
 
 
-def best_rate(fn, n_users: int, rounds: int, repeats: int) -> float:
-    best = float("inf")
-    for rep in range(repeats):
+def load_baseline(rev: str) -> type:
+    """RedisBudgetStore of git revision ``rev`` (its redis_store.py with its own redis_scripts.py)."""
+    def show(path: str) -> str:
+        return subprocess.run(["git", "-C", REPO, "show", f"{rev}:{path}"], check=True, capture_output=True,
+                              text=True).stdout
+
+    scripts = types.ModuleType("baseline_redis_scripts")
+    exec(compile(show("streamdp/filter/redis_scripts.py"), f"{rev}:redis_scripts.py", "exec"), scripts.__dict__)
+    src = show("streamdp/filter/redis_store.py")
+    imp = "from streamdp.filter import redis_scripts\n"
+    if imp not in src:
+        sys.exit(f"cannot load the baseline of {rev}: its redis_store.py does not import redis_scripts as expected")
+    store = types.ModuleType("baseline_redis_store")
+    store.__dict__["redis_scripts"] = scripts
+    sys.modules[store.__name__] = store
+    exec(compile(src.replace(imp, ""), f"{rev}:redis_store.py", "exec"), store.__dict__)
+    return store.RedisBudgetStore
+
+
+def script_usec(r) -> tuple[int, int]:
+    s = r.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+    return s["calls"], s["usec"]
+
+
+class Case:
+    """Times ``fn(seq)`` over rounds; keeps the best rate and the best script µs per user."""
+
+    def __init__(self) -> None:
+        self.rate = 0.0
+        self.us = float("inf")
+
+    def run(self, r, fn, n_users: int, rounds: int, seq0: int, timed=None, record: bool = True) -> None:
+        u0 = script_usec(r)[1]
         t = time.perf_counter()
         for i in range(rounds):
-            fn(rep * rounds + i + 1)
-        best = min(best, time.perf_counter() - t)
-    return n_users * rounds / best
+            fn(seq0 + i)
+        wall = time.perf_counter() - t
+        if timed is not None:  # fn measured its own timed part (and the script time of it)
+            wall, us = timed()
+        else:
+            us = script_usec(r)[1] - u0
+        if not record:
+            return
+        self.rate = max(self.rate, n_users * rounds / wall)
+        self.us = min(self.us, us / (n_users * rounds))
+
+
+def stream_workload(r, url: str, impls, n_users: int, windows: int = 19, per_window: int = 9000) -> list[tuple]:
+    """The Kafka-like workload: every implementation on its own namespace of one fresh server, window by window
+    (alternating which goes first). Returns (name, users/s, script µs per user-window, refused fraction)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rng = unsafe_seeded_generator(20240611)  # workload data only (no noise is drawn here)
+    r.flushall()
+    budget = np.array([4 * 10**12, 10**14, 0, 0, 0, 0], dtype=np.int64)
+    vectors = np.array([[2_375_000_000_000, 3 * 10**12, 0, 0, 0, 0], [1_500_000_000_000, 2 * 10**12, 0, 0, 0, 0],
+                        [625_000_000_000, 10**12, 0, 0, 0, 0]], dtype=np.int64)
+    names = [f"u{i}" for i in range(n_users)]
+    per_window = min(per_window, n_users)
+    batches = []
+    for _ in range(windows):
+        ids = np.sort(rng.choice(n_users, size=per_window, replace=False))
+        batches.append((ids, vectors[rng.choice(3, size=per_window, p=[0.80, 0.17, 0.03])]))
+    acc = {}
+    for k, (name, cls) in enumerate(impls):
+        table = Names()
+        table.ids(names)
+        acc[name] = [cls.from_url(url, default_budget=budget, namespace=f"s{k}"), table, 0.0, 0, 0, 0]
+    for w, (ids, costs) in enumerate(batches):
+        for name in (list(acc) if w % 2 == 0 else list(acc)[::-1]):
+            a = acc[name]
+            u0 = script_usec(r)[1]
+            t = time.perf_counter()
+            mask = a[0].admit_ids("engine", w + 1, ids, costs, a[1])
+            a[2] += time.perf_counter() - t
+            a[3] += script_usec(r)[1] - u0
+            a[4] += ids.size
+            a[5] += int(ids.size - np.count_nonzero(mask))
+    out = []
+    for name, a in acc.items():
+        out.append((name, a[4] / a[2], a[3] / a[4], a[5] / a[4]))
+        a[0].close()
+    refused = {x[3] for x in out}
+    assert len(refused) == 1, f"the implementations disagree: {out}"
+    return out
 
 
 def main(argv=None) -> None:
@@ -74,45 +175,84 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=None, help="users per script call (default: the store's)")
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="also run the store of this git revision, interleaved (e.g. HEAD)")
+    ap.add_argument("--stream-users", type=int, default=50_000, help="users of the stream workload (0: skip it)")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
+    impls = [("current", RedisBudgetStore)]
+    if args.baseline:
+        impls.append((f"base {args.baseline}"[:13], load_baseline(args.baseline)))
 
     proc, url, d = start_redis()
     try:
         r = redis.Redis.from_url(url)
         info = r.info("server")
+        load0 = os.getloadavg()[0]
         print(f"# redis {info['redis_version']} | {platform.python_implementation()} {platform.python_version()} | "
-              f"{os.cpu_count()} cores | {platform.processor() or platform.machine()} | "
-              f"load avg {os.getloadavg()[0]:.2f}")
+              f"{os.cpu_count()} cores | {platform.processor() or platform.machine()} | load avg {load0:.2f}")
         rows = []
         for n in sizes:
             r.flushall()
             kw = {} if args.chunk is None else {"chunk": args.chunk}
             budget = np.array([10**15, 10**15, 0, 0, 0, 0], dtype=np.int64)
-            st = RedisBudgetStore.from_url(url, default_budget=budget, **kw)
             users = [f"user-{i:07d}" for i in range(n)]
+            table = Names()
+            table.ids(users)
+            ids = np.arange(n, dtype=np.int64)
             cost = np.array([1000, 7, 0, 0, 0, 0], dtype=np.int64)
             mixed = np.zeros((n, N_COMPONENTS), dtype=np.int64)
             mixed[:, 0] = 1000 + (np.arange(n) % 50)
             mixed[:, 1] = 7
-            st.admit("warm", 1, users, cost)  # creates the users' hashes
+            own = np.zeros((n, N_COMPONENTS), dtype=np.int64)
+            own[:, 0] = 1000 + np.arange(n)
+            own[:, 1] = 7
+            setups = []
+            for k, (name, cls) in enumerate(impls):
+                st = cls.from_url(url, default_budget=budget, namespace=f"b{k}", **kw)
+                st.admit("warm", 1, users, cost)  # creates the users' hashes
+                # the "distinct" users: every one with a different spent value
+                dusers = [f"d-{u}" for u in users]
+                st.admit("warm", 1, dusers, own)
+                setups.append((name, st, dusers, {c: Case() for c in
+                                                  ("admit", "mixed", "ids", "distinct", "own", "settle")}))
+            seq = 10
+            for rep in range(-1, args.repeats):  # rep -1: warm-up, not recorded
+                rec = {"record": rep >= 0}
+                for name, st, dusers, cases in setups:  # interleaved: every implementation once per repeat
+                    acc = [0.0, 0]  # settle's own wall time and script usec (the admits before it are not timed)
 
-            def admit(seq):
-                st.admit("bench", seq, users, cost)
+                    def settle_round(s, st=st, acc=acc):
+                        st.admit("pwyg", s, users, cost)
+                        u0 = script_usec(r)[1]
+                        t0 = time.perf_counter()
+                        st.settle("pwyg", s, users, cost // 2)
+                        acc[0] += time.perf_counter() - t0
+                        acc[1] += script_usec(r)[1] - u0
 
-            def admit_mixed(seq):
-                st.admit("mixed", seq, users, mixed)
+                    def settle_timed(acc=acc):
+                        out = (acc[0], acc[1])
+                        acc[0], acc[1] = 0.0, 0
+                        return out
 
-            settle_seq = iter(range(1, 10**9))
+                    cases["admit"].run(r, lambda s, st=st: st.admit("bench", s, users, cost), n, args.rounds, seq,
+                                       **rec)
+                    cases["mixed"].run(r, lambda s, st=st: st.admit("mixed", s, users, mixed), n, args.rounds, seq,
+                                       **rec)
+                    cases["ids"].run(r, lambda s, st=st: st.admit_ids("ids", s, ids, cost, table), n, args.rounds,
+                                     seq, **rec)
+                    cases["distinct"].run(r, lambda s, st=st, du=dusers: st.admit("bench", s, du, cost), n,
+                                          args.rounds, seq, **rec)
+                    cases["own"].run(r, lambda s, st=st, du=dusers: st.admit("own", s, du, own), n, args.rounds,
+                                     seq, **rec)
+                    cases["settle"].run(r, settle_round, n, args.rounds, seq, timed=settle_timed, **rec)
+                seq += args.rounds
+            for name, st, dusers, cases in setups:
+                u0 = st.get_user(users[0])  # sanity: the benchmark really charged
+                assert u0.spent[0] > 0 and not u0.halted
+                rows.append((n, name, st.chunk, cases))
+                st.close()
 
-            def settle(_seq):
-                s = next(settle_seq)
-                st.admit("pwyg", s, users, cost)
-                t0 = time.perf_counter()
-                st.settle("pwyg", s, users, cost // 2)
-                settle.time += time.perf_counter() - t0
-
-            settle.time = 0.0
             keys = [f"sdp:{{u:{u}}}".encode() for u in users]
 
             def hincr_py(_seq):
@@ -129,24 +269,37 @@ def main(argv=None) -> None:
                 for _ in keys:
                     conn.read_response()
 
-            a = best_rate(admit, n, args.rounds, args.repeats)
-            am = best_rate(admit_mixed, n, args.rounds, args.repeats)
-            settle.time = 0.0
-            best_rate(settle, n, args.rounds, 1)
-            se = n * args.rounds / settle.time
-            hp = best_rate(hincr_py, n, args.rounds, args.repeats)
-            hr = best_rate(hincr_raw, n, args.rounds, args.repeats)
+            hp, hr = Case(), Case()
+            for rep in range(-1, args.repeats):
+                hp.run(r, hincr_py, n, args.rounds, 0, record=rep >= 0)
+                hr.run(r, hincr_raw, n, args.rounds, 0, record=rep >= 0)
             r.connection_pool.release(conn)
-            # sanity: the benchmark really charged
-            u0 = st.get_user(users[0])
-            assert u0.spent[0] > 0 and not u0.halted
-            rows.append((n, st.chunk, a, am, se, hp, hr))
-            st.close()
-        hdr = ("batch", "chunk", "admit/s", "admit mixed/s", "settle/s", "HINCRBY py/s", "HINCRBY raw/s")
+            rows.append((n, "HINCRBY", 0, {"py": hp, "raw": hr}))
+        cols = [("admit", "admit/s"), ("mixed", "mixed/s"), ("ids", "admit ids/s"), ("distinct", "distinct/s"),
+                ("own", "m = n/s"), ("settle", "settle/s")]
+        hdr = ["batch", "code", "chunk"] + [h for _, h in cols] + ["µs/user admit", "µs/user mixed",
+                                                                   "µs/user dist.", "µs/user m=n", "µs/user settle"]
         print(" | ".join(f"{h:>13}" for h in hdr))
-        for row in rows:
-            print(" | ".join([f"{row[0]:>13d}", f"{row[1]:>13d}"] + [f"{x:>13,.0f}" for x in row[2:]]))
-        print(f"# best of {args.repeats} × {args.rounds} batches; users per second; target admit ≥ 200,000/s")
+        for n, name, chunk, cases in rows:
+            if name == "HINCRBY":
+                print(f"{n:>13d} | {'HINCRBY':>13} | {'':>13} | py {cases['py'].rate:>10,.0f} | "
+                      f"raw {cases['raw'].rate:>9,.0f}")
+                continue
+            cells = [f"{n:>13d}", f"{name:>13}", f"{chunk:>13d}"]
+            cells += [f"{cases[c].rate:>13,.0f}" for c, _ in cols]
+            cells += [f"{cases[c].us:>13.2f}" for c in ("admit", "mixed", "distinct", "own", "settle")]
+            print(" | ".join(cells))
+        print(f"# best of {args.repeats} × {args.rounds} batches; users per second (Python client + server); "
+              f"µs/user = Redis script time per user-window (INFO commandstats); target admit ≥ 200,000/s; "
+              f"load avg {load0:.2f} before, {os.getloadavg()[0]:.2f} after")
+        if args.stream_users:
+            res = stream_workload(r, url, impls, args.stream_users)
+            print(f"\n# stream workload: 19 windows × {min(9000, args.stream_users)} of {args.stream_users} users, "
+                  f"admit_ids, fresh store; refused {res[0][3]:.0%} of user-windows")
+            print(" | ".join(f"{h:>16}" for h in ("code", "users/s", "µs/user-window")))
+            for name, rate, us, _ in res:
+                print(f"{name:>16} | {rate:>16,.0f} | {us:>16.2f}")
+            print(f"# load avg {os.getloadavg()[0]:.2f}")
     finally:
         proc.terminate()
         proc.wait(5)

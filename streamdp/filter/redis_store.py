@@ -17,10 +17,16 @@ one chunk is applied chunk by chunk; if the connection fails in between, retryin
 completes it without charging anyone twice (idempotency, see the contract), so a retry loop always converges.
 For the same reason a lost reply is harmless: the engine's retry of the same batch gets the first answer.
 
-Integer arithmetic: amounts travel as decimal strings and are added/compared exactly inside Lua (two base-10⁹
-limbs above 15 digits), so every int64 amount up to INT64_MAX — including the "infinite" budget sentinel — is
-handled exactly; no budget needs to be refused. Batch sequence numbers must satisfy ``|seq| < 2^53`` (they are
-compared as Lua numbers); both stores enforce this.
+Integer arithmetic: amounts travel as decimal strings and are added/compared exactly inside Lua (doubles while
+the sums stay below 2^53, two base-10⁹ limbs above; settles subtract with HINCRBY), so every int64 amount up to
+INT64_MAX — including the "infinite" budget sentinel — is handled exactly; no budget needs to be refused. Batch
+sequence numbers must satisfy ``|seq| < 2^53`` (they are compared as Lua numbers); both stores enforce this.
+
+Client side: :meth:`RedisBudgetStore.admit_ids` / :meth:`RedisBudgetStore.settle_ids` (the engine's path) cache
+the packed key of each id of the caller's name table, and the store remembers, per scope, the users the admit
+script reported as refused for good (halted — which is permanent — with a refusal or no state in the scope:
+every later admit of them in that scope answers "refused" and writes nothing, see
+:data:`streamdp.filter.redis_scripts.ADMIT`); later batches answer those users locally, without sending them.
 
 Errors: any connection, timeout, authentication or server failure raises
 :class:`streamdp.filter.store.StoreError` (never a raw ``redis`` exception); nothing was charged by a script
@@ -43,7 +49,8 @@ import numpy as np
 
 from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.filter import redis_scripts
-from streamdp.filter.memory import check_budget, check_costs, check_seq, ledger_entry_json
+from streamdp.filter.memory import (check_budget, check_costs, check_seq, check_user_ids, distinct,
+                                    ledger_entry_json)
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 
 log = logging.getLogger(__name__)
@@ -51,6 +58,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_CHUNK = 10_000
+# answer codes of the admit script, one byte per user (see redis_scripts.ADMIT)
+_ADMITTED, _HALTED, _REFUSED = ord("1"), ord("h"), ord("0")
 _SPENT_FIELDS = tuple(f"s{i}".encode() for i in range(N_COMPONENTS))
 _BUDGET_FIELDS = tuple(f"b{i}".encode() for i in range(N_COMPONENTS))
 
@@ -58,6 +67,21 @@ _BUDGET_FIELDS = tuple(f"b{i}".encode() for i in range(N_COMPONENTS))
 def _pack(parts: list[bytes]) -> bytes:
     """A RESP command: an array of bulk strings."""
     return b"".join([b"*%d\r\n" % len(parts), *[b"$%d\r\n%b\r\n" % (len(p), p) for p in parts]])
+
+
+def _bulks(parts: list[bytes]) -> list[bytes]:
+    """The RESP bulk strings of ``parts`` (a command's arguments, to be joined after its array header)."""
+    return [b"$%d\r\n%b\r\n" % (len(p), p) for p in parts]
+
+
+class _Call:
+    """One script call, packed but for its header: ``body`` holds the RESP bulk strings of ``nkeys`` keys
+    followed by the arguments, ``nargs`` strings in all."""
+
+    __slots__ = ("nkeys", "nargs", "body")
+
+    def __init__(self, nkeys: int, nargs: int, body: bytes) -> None:
+        self.nkeys, self.nargs, self.body = nkeys, nargs, body
 
 
 def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,6 +129,15 @@ class RedisBudgetStore(BudgetStore):
         self._ledger_key = f"{namespace}:ledger"
         self._user_prefix = f"{namespace}:{{u:"
         self._sha: dict[str, str] = {}
+        # admit_ids/settle_ids: the caller's name table and, per table id, the RESP bulk string of its user key
+        self._xtable = None
+        self._xfrag = np.empty(0, dtype=object)
+        self._xhave = np.zeros(0, dtype=bool)
+        # users known to be refused for good in a scope (answer code 'h' of the admit script: halted, with a
+        # refusal or no state in the scope): later admits answer them without asking Redis. Names per scope
+        # (admit), and table ids of _xtable per scope (admit_ids).
+        self._halted_names: dict[str, set[str]] = {}
+        self._halted_ids: dict[str, np.ndarray] = {}
         if default_budget is not None:
             b = check_budget(default_budget, "default_budget")
             stored = self._call(lambda: self._eval("init_default", [self._default_key], [str(int(x)) for x in b]))
@@ -179,12 +212,14 @@ class RedisBudgetStore(BudgetStore):
 
     def _eval(self, name: str, keys: list, args: list):
         """One EVALSHA of a script loaded once; reloaded when the server answers NOSCRIPT (e.g. after a restart)."""
-        return self._eval_many(name, [([k.encode() for k in keys], [a.encode() for a in args])])[0]
+        parts = [k.encode() for k in keys] + [a.encode() for a in args]
+        return self._eval_many(name, [_Call(len(keys), len(parts), b"".join(_bulks(parts)))])[0]
 
-    def _eval_many(self, name: str, calls: list[tuple[list[bytes], list[bytes]]]) -> list:
-        """Pipelined EVALSHA calls on one connection, in order: chunk k+1 is packed and sent while the server
-        runs chunk k. Each call is atomic on its own. Requests are packed here (RESP arrays of bulk strings),
-        which is ~3× faster than the generic command packer for batches of 10⁴ keys."""
+    def _eval_many(self, name: str, calls: list[_Call]) -> list:
+        """Pipelined EVALSHA calls on one connection, in order: chunk k+1 is sent while the server runs chunk k.
+        Each call is atomic on its own. Requests are packed here (RESP arrays of bulk strings; the keys' bulk
+        strings come pre-packed, see :meth:`_key_frags`), which is several times faster than the generic command
+        packer for batches of 10⁴ keys."""
         redis = self._redis_mod
         sha = self._sha_of(name)
         results: list = [None] * len(calls)
@@ -195,9 +230,11 @@ class RedisBudgetStore(BudgetStore):
             noscript = []
             try:
                 for i in todo:
-                    keys, args = calls[i]
-                    conn.send_packed_command([_pack([b"EVALSHA", sha, b"%d" % len(keys), *keys, *args])],
-                                             check_health=False)
+                    c = calls[i]
+                    nk = b"%d" % c.nkeys
+                    head = b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (
+                        3 + c.nargs, len(sha), sha, len(nk), nk)
+                    conn.send_packed_command([head, c.body], check_health=False)
                 error = None
                 for i in todo:
                     try:
@@ -221,22 +258,52 @@ class RedisBudgetStore(BudgetStore):
 
     @staticmethod
     def _cost_args(costs: np.ndarray) -> list[bytes]:
-        """Script arguments of a chunk's costs: the number m of distinct cost vectors, their 6·m decimal
-        components and, if m > 1, each user's 1-based index into them."""
+        """Script arguments of a chunk's costs: the number m of distinct cost vectors, the width w of an index,
+        their 6·m decimal components and the index string: each user's 0-based index into them as w big-endian
+        bytes (empty when m = 1)."""
         if (costs == costs[0]).all():
-            return [b"1", *[b"%d" % x for x in costs[0].tolist()]]
+            return [b"1", b"1", *[b"%d" % x for x in costs[0].tolist()], b""]
         uniq, inv = _unique_rows(costs)
-        return [b"%d" % len(uniq), *[b"%d" % x for x in uniq.ravel().tolist()],
-                *[b"%d" % x for x in (inv.ravel() + 1).tolist()]]
+        m = len(uniq)
+        w = 1 if m <= 1 << 8 else 2 if m <= 1 << 16 else 3 if m <= 1 << 24 else 4
+        idx = inv.astype(">u4").view(np.uint8).reshape(-1, 4)[:, 4 - w:]
+        return [b"%d" % m, b"%d" % w, *[b"%d" % x for x in uniq.ravel().tolist()], idx.tobytes()]
 
-    def _user_keys(self, users: list[str]) -> list[bytes]:
+    def _key_frags(self, users) -> list[bytes]:
+        """The RESP bulk strings of the users' keys."""
         p = self._user_prefix
         try:
-            return [(p + u + "}").encode() for u in users]
+            keys = [(p + u + "}").encode() for u in users]
         except TypeError:
             for u in users:
                 self._user_key(u)  # raises the ValueError naming the bad id
             raise
+        return _bulks(keys)
+
+    def _table_frags(self, uid: np.ndarray, table) -> np.ndarray:
+        """:meth:`_key_frags` of ``table.names(uid)`` through a cache indexed by table id (an object array): a
+        name is looked up and encoded only the first time its id comes by. The cache follows one table object
+        (held here, so its identity cannot be reused; the table is append-only) and is rebuilt for another."""
+        if table is not self._xtable:
+            self._xtable = table
+            self._xfrag = np.empty(0, dtype=object)
+            self._xhave = np.zeros(0, dtype=bool)
+            self._halted_ids = {}
+        m = len(table)
+        if self._xfrag.size < m:
+            cap = max(m, 2 * self._xfrag.size, 1024)
+            frag = np.empty(cap, dtype=object)
+            frag[:self._xfrag.size] = self._xfrag
+            have = np.zeros(cap, dtype=bool)
+            have[:self._xhave.size] = self._xhave
+            self._xfrag, self._xhave = frag, have
+        miss = uid[~self._xhave[uid]]
+        if miss.size:
+            new = np.empty(miss.size, dtype=object)
+            new[:] = self._key_frags(table.names(miss))
+            self._xfrag[miss] = new
+            self._xhave[miss] = True
+        return self._xfrag[uid]
 
     # ---- budgets -------------------------------------------------------------------------------------------
     def _parse_default(self, vals) -> np.ndarray:
@@ -302,32 +369,91 @@ class RedisBudgetStore(BudgetStore):
             return np.zeros(0, dtype=bool)
         if len(set(users)) != n:
             raise ValueError("a batch must not name a user twice")
-        keys = self._user_keys(users)
-        head = [f"x:{scope}".encode(), b"%d" % seq]
+        known = self._halted_names.get(scope)
+        send = None
+        if known:
+            send = np.flatnonzero(np.fromiter((u not in known for u in users), dtype=bool, count=n))
+            if send.size == n:
+                send = None
+        sent = users if send is None else [users[i] for i in send.tolist()]
+        codes = self._admit(scope, seq, self._key_frags(sent), costs if send is None else costs[send])
+        halted = np.flatnonzero(codes == _HALTED)
+        if halted.size:
+            self._halted_names.setdefault(scope, set()).update(sent[i] for i in halted.tolist())
+        return self._mask(n, send, codes)
+
+    def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table) -> np.ndarray:
+        if type(self).admit is not RedisBudgetStore.admit:  # a subclass's own admit keeps its say
+            return super().admit_ids(scope, seq, user_ids, costs, table)
+        uid = check_user_ids(user_ids, len(table))
+        n = uid.size
+        costs = check_costs(costs, n)
+        seq = check_seq(seq)
+        if n == 0:
+            return np.zeros(0, dtype=bool)
+        if not distinct(uid):  # table ids are distinct iff their names are
+            raise ValueError("a batch must not name a user twice")
+        frags = self._table_frags(uid, table)  # (binds the halted-id cache to this table)
+        known = self._halted_ids.get(scope)
+        send = None
+        if known is not None:
+            if known.size < len(table):
+                known = self._grow_halted_ids(scope, len(table))
+            k = known[uid]
+            if k.any():
+                send = np.flatnonzero(~k)
+        codes = self._admit(scope, seq, frags if send is None else frags[send], costs if send is None else costs[send])
+        halted = np.flatnonzero(codes == _HALTED)
+        if halted.size:
+            if known is None or known.size < len(table):
+                known = self._grow_halted_ids(scope, len(table))
+            known[uid[halted] if send is None else uid[send[halted]]] = True
+        return self._mask(n, send, codes)
+
+    def _grow_halted_ids(self, scope: str, m: int) -> np.ndarray:
+        old = self._halted_ids.get(scope)
+        new = np.zeros(max(m, 1024, 0 if old is None else 2 * old.size), dtype=bool)
+        if old is not None:
+            new[:old.size] = old
+        self._halted_ids[scope] = new
+        return new
+
+    @staticmethod
+    def _mask(n: int, send: np.ndarray | None, codes: np.ndarray) -> np.ndarray:
+        """The admission mask of a batch of n users of which ``send`` (None: all) were asked with answer codes."""
+        if send is None:
+            return codes == _ADMITTED
+        out = np.zeros(n, dtype=bool)
+        out[send] = codes == _ADMITTED
+        return out
+
+    def _admit(self, scope: str, seq: int, frags, costs: np.ndarray) -> np.ndarray:
+        """Admission of a validated batch given the RESP bulk strings of its user keys (a list or object array):
+        the admit script's answer code per user (uint8: ``_ADMITTED``, ``_HALTED`` or ``_REFUSED``)."""
+        n = len(frags)
+        out = np.empty(n, dtype=np.uint8)
+        if n == 0:
+            return out
+        head = _bulks([f"x:{scope}".encode(), b"%d" % seq])
+        dkey = _bulks([self._default_key.encode()])
         calls, bounds = [], []
         for lo in range(0, n, self.chunk):
             hi = min(n, lo + self.chunk)
-            calls.append(([self._default_key.encode(), *keys[lo:hi]], [*head, *self._cost_args(costs[lo:hi])]))
+            args = _bulks(self._cost_args(costs[lo:hi]))
+            keys = frags[lo:hi]
+            if isinstance(keys, np.ndarray):
+                keys = keys.tolist()
+            calls.append(_Call(1 + hi - lo, 1 + hi - lo + len(head) + len(args),
+                               b"".join(dkey + keys + head + args)))
             bounds.append((lo, hi))
         res = self._call(lambda: self._eval_many("admit", calls))
-        out = np.empty(n, dtype=bool)
         for (lo, hi), r in zip(bounds, res):
             if not isinstance(r, bytes) or len(r) != hi - lo:
                 raise StoreError(f"admit script answered {r!r:.40} for {hi - lo} users")
-            out[lo:hi] = np.frombuffer(r, dtype=np.uint8) == ord("1")
+            out[lo:hi] = np.frombuffer(r, dtype=np.uint8)
+        if not ((out == _ADMITTED) | (out == _HALTED) | (out == _REFUSED)).all():
+            raise StoreError("admit script answered an unknown code")
         return out
-
-    def _parse_state(self, st: bytes | None, seq: int):
-        """(open reservation of batch seq or None) from a ``x:<scope>`` field."""
-        if st is None:
-            return None
-        parts = st.split()
-        if int(parts[0]) != seq or parts[2] != b"1":
-            return None
-        r = np.zeros(N_COMPONENTS, dtype=np.int64)
-        if len(parts) > 3:
-            r[:] = [int(x) for x in parts[3:]]
-        return r
 
     def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
         users = list(users)
@@ -338,28 +464,46 @@ class RedisBudgetStore(BudgetStore):
             return
         if len(set(users)) != n:
             raise ValueError("a settle batch must not name a user twice")
-        keys = self._user_keys(users)
-        xf = f"x:{scope}".encode()
-        if n > self.chunk:
-            # several script calls: validate everything first so that a ValueError changes nothing
-            def read():
-                pipe = self.r.pipeline(transaction=False)
-                for k in keys:
-                    pipe.hget(k, xf)
-                return pipe.execute()
+        self._settle(scope, seq, self._key_frags(users), actual, users.__getitem__)
 
-            for i, st in enumerate(self._call(read)):
-                r = self._parse_state(st, seq)
-                if r is not None and (actual[i] > r).any():
-                    raise ValueError(f"settle: actual cost exceeds the reservation of user {users[i]!r}")
-        calls, starts = [], []
+    def settle_ids(self, scope: str, seq: int, user_ids: np.ndarray, actual, table) -> None:
+        if type(self).settle is not RedisBudgetStore.settle:
+            return super().settle_ids(scope, seq, user_ids, actual, table)
+        uid = check_user_ids(user_ids, len(table))
+        n = uid.size
+        actual = check_costs(actual, n)
+        seq = check_seq(seq)
+        if n == 0:
+            return
+        if not distinct(uid):
+            raise ValueError("a settle batch must not name a user twice")
+        self._settle(scope, seq, self._table_frags(uid, table), actual, lambda i: table.names(uid[i:i + 1])[0])
+
+    def _settle(self, scope: str, seq: int, frags, actual: np.ndarray, name_at: Callable[[int], str]) -> None:
+        """Settle of a validated batch given the RESP bulk strings of its user keys; ``name_at(i)`` names user i
+        (for the error message)."""
+        n = len(frags)
+        head = _bulks([f"x:{scope}".encode(), b"%d" % seq])
+        bodies, starts = [], []
         for lo in range(0, n, self.chunk):
             hi = min(n, lo + self.chunk)
-            calls.append((keys[lo:hi], [xf, b"%d" % seq, *self._cost_args(actual[lo:hi])]))
+            keys = frags[lo:hi]
+            args = head + _bulks(self._cost_args(actual[lo:hi]))
+            bodies.append((hi - lo, b"".join((keys.tolist() if isinstance(keys, np.ndarray) else keys) + args),
+                           len(args)))
             starts.append(lo)
-        for lo, bad in zip(starts, self._call(lambda: self._eval_many("settle", calls))):
-            if bad:
-                raise ValueError(f"settle: actual cost exceeds the reservation of user {users[lo + int(bad) - 1]!r}")
+
+        def run(mode: bytes) -> None:  # mode b"1": validate only, write nothing
+            tail = b"$1\r\n%b\r\n" % mode
+            calls = [_Call(k, k + a + 1, body + tail) for k, body, a in bodies]
+            for lo, bad in zip(starts, self._call(lambda: self._eval_many("settle", calls))):
+                if bad:
+                    raise ValueError("settle: actual cost exceeds the reservation of user "
+                                     f"{name_at(lo + int(bad) - 1)!r}")
+
+        if n > self.chunk:  # several script calls: validate everything first so that a ValueError changes nothing
+            run(b"1")
+        run(b"0")
 
     # ---- release log and ledger ----------------------------------------------------------------------------
     def _release_key(self, key: str) -> str:
