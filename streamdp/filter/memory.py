@@ -50,6 +50,17 @@ def check_costs(costs, n: int) -> np.ndarray:
     return as_cost_matrix(costs, n)
 
 
+def check_batch(users: Sequence[str], costs, seq, what: str = "batch") -> tuple[list[str], np.ndarray, int]:
+    """The validated arguments of an admit or settle by names: (users as a list, cost matrix, seq). Refuses a batch
+    that names a user twice."""
+    users = list(users)
+    costs = check_costs(costs, len(users))
+    seq = check_seq(seq)
+    if len(set(users)) != len(users):
+        raise ValueError(f"a {what} must not name a user twice")
+    return users, costs, seq
+
+
 def check_seq(seq) -> int:
     """A batch sequence number: an integer with ``|seq| < 2**53``."""
     if isinstance(seq, bool) or not isinstance(seq, (int, np.integer)):
@@ -201,14 +212,9 @@ class MemoryBudgetStore(BudgetStore):
 
     # ---- admission -----------------------------------------------------------------------------------------
     def admit(self, scope: str, seq: int, users: Sequence[str], costs) -> np.ndarray:
-        users = list(users)
-        n = len(users)
-        costs = check_costs(costs, n)
-        seq = check_seq(seq)
-        if n == 0:
+        users, costs, seq = check_batch(users, costs, seq)
+        if not users:
             return np.zeros(0, dtype=bool)
-        if len(set(users)) != n:
-            raise ValueError("a batch must not name a user twice")
         ids = self._ids(users)
         return self._admit(self._scope(scope), seq, ids, costs)
 
@@ -247,14 +253,9 @@ class MemoryBudgetStore(BudgetStore):
         return ok
 
     def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
-        users = list(users)
-        n = len(users)
-        actual = check_costs(actual, n)
-        seq = check_seq(seq)
-        if n == 0:
+        users, actual, seq = check_batch(users, actual, seq, "settle batch")
+        if not users:
             return
-        if len(set(users)) != n:
-            raise ValueError("a settle batch must not name a user twice")
         index = self._index
         known = [(i, index[u]) for i, u in enumerate(users) if u in index]
         if not known:

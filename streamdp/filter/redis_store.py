@@ -49,7 +49,7 @@ import numpy as np
 
 from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.filter import redis_scripts
-from streamdp.filter.memory import (check_budget, check_costs, check_seq, check_user_ids, distinct,
+from streamdp.filter.memory import (check_batch, check_budget, check_costs, check_seq, check_user_ids, distinct,
                                     ledger_entry_json)
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 
@@ -361,14 +361,10 @@ class RedisBudgetStore(BudgetStore):
 
     # ---- admission -----------------------------------------------------------------------------------------
     def admit(self, scope: str, seq: int, users: Sequence[str], costs) -> np.ndarray:
-        users = list(users)
+        users, costs, seq = check_batch(users, costs, seq)
         n = len(users)
-        costs = check_costs(costs, n)
-        seq = check_seq(seq)
         if n == 0:
             return np.zeros(0, dtype=bool)
-        if len(set(users)) != n:
-            raise ValueError("a batch must not name a user twice")
         known = self._halted_names.get(scope)
         send = None
         if known:
@@ -456,14 +452,9 @@ class RedisBudgetStore(BudgetStore):
         return out
 
     def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
-        users = list(users)
-        n = len(users)
-        actual = check_costs(actual, n)
-        seq = check_seq(seq)
-        if n == 0:
+        users, actual, seq = check_batch(users, actual, seq, "settle batch")
+        if not users:
             return
-        if len(set(users)) != n:
-            raise ValueError("a settle batch must not name a user twice")
         self._settle(scope, seq, self._key_frags(users), actual, users.__getitem__)
 
     def settle_ids(self, scope: str, seq: int, user_ids: np.ndarray, actual, table) -> None:
