@@ -22,8 +22,11 @@ import numpy as np
 from streamdp.accounting.cost import Cost
 from streamdp.mechanisms.adaptive.pie import (
     check_points,
+    check_privatization,
+    check_query_point,
+    distance_to,
+    per_user_rho,
     check_probability,
-    check_rho,
     distance_triple,
     gaussian_mechanism,
     pie_cost,
@@ -58,26 +61,11 @@ class KDEResult:
 
 def _setup(x, p, b, rho):
     x = check_points(x, "x")
-    pt = np.asarray(p, dtype=np.float64).reshape(-1)
-    if pt.shape != (x.shape[1],) or not np.all(np.isfinite(pt)):
-        raise ValueError(f"p must be a finite point of dimension {x.shape[1]}")
+    pt = check_query_point(p, x.shape[1])
     b = float(b)
     if not (math.isfinite(b) and b > 0):
         raise ValueError(f"b (bandwidth) must be finite and > 0, got {b!r}")
-    r = check_rho(rho, "rho")
-    n = x.shape[0]
-    if r.ndim == 0:
-        r = np.full(n, float(r))
-    elif r.shape != (n,):
-        raise ValueError(f"rho must be a scalar or have shape ({n},), got {r.shape}")
-    return x, pt, b, r
-
-
-def _len_p(pt: np.ndarray):
-    def len_p(u: np.ndarray) -> np.ndarray:
-        return np.sqrt(np.einsum("ij,ij->i", u - pt, u - pt))
-
-    return len_p
+    return x, pt, b, per_user_rho(rho, x.shape[0])
 
 
 def _kernel(dist, b: float) -> np.ndarray:
@@ -89,7 +77,7 @@ def kde_value(x, p, b: float) -> float:
     x, pt, b, _ = _setup(x, p, b, 1.0)
     if x.shape[0] == 0:
         return 0.0
-    return float(np.mean(_kernel(_len_p(pt)(x), b)))
+    return float(np.mean(_kernel(distance_to(pt)(x), b)))
 
 
 def kde_baseline_cost(rho_i: float) -> Cost:
@@ -102,18 +90,12 @@ def kde_pie_cost(executed_rho_i: float) -> Cost:
     return pie_cost(executed_rho_i)
 
 
-def _privatization(p: str) -> str:
-    if p not in ("point", "distance"):
-        raise ValueError(f"privatization must be 'point' or 'distance', got {p!r}")
-    return p
-
-
 def kde_baseline(rng: np.random.Generator, x, p, b: float, rho, *, privatization: str = "point") -> KDEResult:
     """BM0: (1/n) Σ exp(−len_p(x̃_i)²/(2b²)); BM1: (1/n) Σ exp(−ỹ_i²/(2b²)) (000 §6.3.1)."""
     x, pt, b, r = _setup(x, p, b, rho)
-    privatization = _privatization(privatization)
+    privatization = check_privatization(privatization)
     n = x.shape[0]
-    len_p = _len_p(pt)
+    len_p = distance_to(pt)
     if n == 0:
         est = 0.0
     elif privatization == "point":
@@ -137,10 +119,10 @@ def kde_pie(
 ) -> KDEResult:
     """000 Alg. 7 with φ = len_p, ν_low = −∞, ν_high = 6b; PM0 / PM1 on the survivors G_c."""
     x, pt, b, r = _setup(x, p, b, rho)
-    privatization = _privatization(privatization)
+    privatization = check_privatization(privatization)
     beta0 = check_probability(beta0, "beta0")
     n = x.shape[0]
-    len_p = _len_p(pt)
+    len_p = distance_to(pt)
     triple = point_triple(x, len_p) if privatization == "point" else distance_triple(len_p(x))
     round_rho = split_rounds(r, c, split) if n else np.zeros((0, c))
     res = pie_ni(rng, triple, round_rho, beta0=beta0, nu_low=-math.inf, nu_high=KDE_CUTOFF * b)

@@ -19,8 +19,11 @@ import numpy as np
 from streamdp.accounting.cost import Cost
 from streamdp.mechanisms.adaptive.pie import (
     check_points,
+    check_privatization,
+    check_query_point,
+    distance_to,
+    per_user_rho,
     check_probability,
-    check_rho,
     distance_triple,
     gaussian_mechanism,
     pie_cost,
@@ -55,26 +58,11 @@ class KNNResult:
 
 def _setup(x, p, k, rho):
     x = check_points(x, "x")
-    pt = np.asarray(p, dtype=np.float64).reshape(-1)
-    if pt.shape != (x.shape[1],) or not np.all(np.isfinite(pt)):
-        raise ValueError(f"p must be a finite point of dimension {x.shape[1]}")
+    pt = check_query_point(p, x.shape[1])
     n = x.shape[0]
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not (1 <= k < n):
         raise ValueError(f"k must be an integer with 1 ≤ k < n = {n}, got {k!r}")
-    r = check_rho(rho, "rho")
-    if r.ndim == 0:
-        r = np.full(n, float(r))
-    elif r.shape != (n,):
-        raise ValueError(f"rho must be a scalar or have shape ({n},), got {r.shape}")
-    return x, pt, int(k), r
-
-
-def _len_p(pt: np.ndarray):
-    def len_p(u: np.ndarray) -> np.ndarray:
-        diff = u - pt
-        return np.sqrt(np.einsum("ij,ij->i", diff, diff))
-
-    return len_p
+    return x, pt, int(k), per_user_rho(rho, n)
 
 
 def _k_smallest(score: np.ndarray, k: int) -> np.ndarray:
@@ -85,13 +73,13 @@ def _k_smallest(score: np.ndarray, k: int) -> np.ndarray:
 def true_knn(x, p, k: int) -> np.ndarray:
     """argmin_{|S| = k} Σ_{i∈S} ‖x_i − p‖ (000 §6.4), nearest first."""
     x, pt, k, _ = _setup(x, p, k, 1.0)
-    return _k_smallest(_len_p(pt)(x), k)
+    return _k_smallest(distance_to(pt)(x), k)
 
 
 def dist_error(x, p, indices, k: int) -> float:
     """DistErr = (Dist(J̃, p) − Dist(J*, p)) / Dist(J*, p) (000 §7.1); requires Dist(J*, p) > 0."""
     x, pt, k, _ = _setup(x, p, k, 1.0)
-    d = _len_p(pt)(x)
+    d = distance_to(pt)(x)
     best = float(np.sum(np.sort(d)[:k]))
     if best <= 0:
         raise ValueError("Dist(J*, p) = 0: the relative error is undefined")
@@ -108,17 +96,11 @@ def knn_pie_cost(executed_rho_i: float) -> Cost:
     return pie_cost(executed_rho_i)
 
 
-def _privatization(p: str) -> str:
-    if p not in ("point", "distance"):
-        raise ValueError(f"privatization must be 'point' or 'distance', got {p!r}")
-    return p
-
-
 def knn_baseline(rng: np.random.Generator, x, p, k: int, rho, *, privatization: str = "distance") -> KNNResult:
     """BM0: k smallest ‖x̃_i − p‖; BM1: k smallest ỹ_i = len_p(x_i) + Z/√(2ρ_i) (000 §6.4.1)."""
     x, pt, k, r = _setup(x, p, k, rho)
-    privatization = _privatization(privatization)
-    len_p = _len_p(pt)
+    privatization = check_privatization(privatization)
+    len_p = distance_to(pt)
     if privatization == "point":
         score = len_p(gaussian_mechanism(rng, x, r))
     else:
@@ -140,9 +122,9 @@ def knn_pie(
 ) -> KNNResult:
     """000 Alg. 8: PIE-k(len_p, β0 = β/4); G_ĵ if |G_ĵ| = k, else PM0 / PM1 on G_c."""
     x, pt, k, r = _setup(x, p, k, rho)
-    privatization = _privatization(privatization)
+    privatization = check_privatization(privatization)
     beta = check_probability(beta, "beta")
-    len_p = _len_p(pt)
+    len_p = distance_to(pt)
     triple = point_triple(x, len_p) if privatization == "point" else distance_triple(len_p(x))
     res = pie_k(rng, triple, split_rounds(r, c, split), k=k, beta0=BETA0_FRACTION * beta)
     surv = np.flatnonzero(res.survivors)

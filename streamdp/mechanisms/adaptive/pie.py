@@ -93,6 +93,41 @@ def check_points(x, name: str = "x", d: int | None = None) -> np.ndarray:
     return a
 
 
+def per_user_rho(rho, n: int) -> np.ndarray:
+    """ρ_i for each of ``n`` users: a scalar broadcast, or an array of shape (n,) (a copy); checked by
+    :func:`check_rho`."""
+    r = check_rho(rho, "rho")
+    if r.ndim == 0:
+        return np.full(n, float(r))
+    if r.shape != (n,):
+        raise ValueError(f"rho must be a scalar or have shape ({n},), got {r.shape}")
+    return r.copy()
+
+
+def check_query_point(p, d: int) -> np.ndarray:
+    """The query point p ∈ ℝ^d (finite)."""
+    pt = np.asarray(p, dtype=np.float64).reshape(-1)
+    if pt.shape != (d,) or not np.all(np.isfinite(pt)):
+        raise ValueError(f"p must be a finite point of dimension {d}")
+    return pt
+
+
+def check_privatization(p: str) -> str:
+    """PM0/BM0 privatise the point x_i, PM1/BM1 the distance len_p(x_i) (000 §6)."""
+    if p not in ("point", "distance"):
+        raise ValueError(f"privatization must be 'point' or 'distance', got {p!r}")
+    return p
+
+
+def distance_to(pt: np.ndarray):
+    """len_p: u ↦ ‖u − p‖₂ row-wise (1-Lipschitz, 000 §6)."""
+    def len_p(u: np.ndarray) -> np.ndarray:
+        diff = u - pt
+        return np.sqrt(np.einsum("ij,ij->i", diff, diff))
+
+    return len_p
+
+
 # ----------------------------------------------------------------------------------------- confidence radius
 def confidence_lambda(d: int, beta):
     """λ(d, β) of 000 Lemma 6.1: with probability ≥ 1 − β a standard Gaussian Z ∈ ℝ^d has ‖Z‖ ≤ λ(d, β).

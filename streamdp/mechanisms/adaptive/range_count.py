@@ -25,6 +25,8 @@ import numpy as np
 from streamdp.accounting.cost import Cost
 from streamdp.mechanisms.adaptive.pie import (
     check_points,
+    check_privatization,
+    per_user_rho,
     check_probability,
     check_rho,
     distance_triple,
@@ -196,21 +198,6 @@ def range_count_pie_cost(executed_rho_i: float) -> Cost:
     return pie_cost(executed_rho_i)
 
 
-def _per_user_rho(rho, n: int) -> np.ndarray:
-    r = check_rho(rho, "rho")
-    if r.ndim == 0:
-        return np.full(n, float(r))
-    if r.shape != (n,):
-        raise ValueError(f"rho must be a scalar or have shape ({n},), got {r.shape}")
-    return r.copy()
-
-
-def _privatization(p: str) -> str:
-    if p not in ("point", "distance"):
-        raise ValueError(f"privatization must be 'point' or 'distance', got {p!r}")
-    return p
-
-
 # --------------------------------------------------------------------------------------------------- BM0/BM1
 def range_count_baseline(
     rng: np.random.Generator,
@@ -224,8 +211,8 @@ def range_count_baseline(
     """BM0 (point): Σ 𝟙{Proj_Γ(x̃_i) < 0}, x̃_i = x_i + Z/√(2ρ_i), Z ~ N(0, I_2);
     BM1 (distance): Σ 𝟙{ỹ_i < η_i}, ỹ_i = Proj_Γ(x_i) + Z/√(2ρ_i) (000 §6.2.1). Each user pays ρ_i."""
     x = check_points(x, "x", d=2)
-    privatization = _privatization(privatization)
-    r = _per_user_rho(rho, x.shape[0])
+    privatization = check_privatization(privatization)
+    r = per_user_rho(rho, x.shape[0])
     if privatization == "point":
         noisy = gaussian_mechanism(rng, x, r)  # ρ_i-CGP, 000 Lemma 3.4
         est = int(np.count_nonzero(rect.proj(noisy) < 0)) if x.shape[0] else 0
@@ -256,10 +243,10 @@ def range_count_pie(
     ``rho`` is r_i (scalar or per user), split into c rounds by ``split`` ('even' | 'doubling').
     """
     x = check_points(x, "x", d=2)
-    privatization = _privatization(privatization)
+    privatization = check_privatization(privatization)
     beta = check_probability(beta, "beta")
     n = x.shape[0]
-    r = _per_user_rho(rho, n)
+    r = per_user_rho(rho, n)
     round_rho = split_rounds(r, c, split) if n else np.zeros((0, c))
     if privatization == "point":
         triple = point_triple(x, rect.proj)
