@@ -61,6 +61,16 @@ def check_batch(users: Sequence[str], costs, seq, what: str = "batch") -> tuple[
     return users, costs, seq
 
 
+def check_id_batch(user_ids, table, costs, seq, what: str = "batch") -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`check_batch` for a batch named by the ids of a name ``table`` (the engine's interned users)."""
+    uid = check_user_ids(user_ids, len(table))
+    costs = check_costs(costs, uid.size)
+    seq = check_seq(seq)
+    if not distinct(uid):  # table ids are distinct iff their names are
+        raise ValueError(f"a {what} must not name a user twice")
+    return uid, costs, seq
+
+
 def check_seq(seq) -> int:
     """A batch sequence number: an integer with ``|seq| < 2**53``."""
     if isinstance(seq, bool) or not isinstance(seq, (int, np.integer)):
@@ -317,27 +327,18 @@ class MemoryBudgetStore(BudgetStore):
     def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table) -> np.ndarray:
         if type(self).admit is not MemoryBudgetStore.admit:  # a subclass's own admit keeps its say
             return super().admit_ids(scope, seq, user_ids, costs, table)
-        uid = check_user_ids(user_ids, len(table))
+        uid, costs, seq = check_id_batch(user_ids, table, costs, seq)
         n = uid.size
-        costs = check_costs(costs, n)
-        seq = check_seq(seq)
         if n == 0:
             return np.zeros(0, dtype=bool)
-        if not distinct(uid):  # table ids are distinct iff their names are
-            raise ValueError("a batch must not name a user twice")
         return self._admit(self._scope(scope), seq, self._table_ids(uid, table, intern=True), costs)
 
     def settle_ids(self, scope: str, seq: int, user_ids: np.ndarray, actual, table) -> None:
         if type(self).settle is not MemoryBudgetStore.settle:
             return super().settle_ids(scope, seq, user_ids, actual, table)
-        uid = check_user_ids(user_ids, len(table))
-        n = uid.size
-        actual = check_costs(actual, n)
-        seq = check_seq(seq)
-        if n == 0:
+        uid, actual, seq = check_id_batch(user_ids, table, actual, seq, "settle batch")
+        if uid.size == 0:
             return
-        if not distinct(uid):
-            raise ValueError("a settle batch must not name a user twice")
         sid = self._table_ids(uid, table, intern=False)
         pos = np.flatnonzero(sid >= 0)
         if pos.size:

@@ -49,8 +49,7 @@ import numpy as np
 
 from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.filter import redis_scripts
-from streamdp.filter.memory import (check_batch, check_budget, check_costs, check_seq, check_user_ids, distinct,
-                                    ledger_entry_json)
+from streamdp.filter.memory import check_batch, check_budget, check_id_batch, ledger_entry_json
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 
 log = logging.getLogger(__name__)
@@ -381,14 +380,10 @@ class RedisBudgetStore(BudgetStore):
     def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table) -> np.ndarray:
         if type(self).admit is not RedisBudgetStore.admit:  # a subclass's own admit keeps its say
             return super().admit_ids(scope, seq, user_ids, costs, table)
-        uid = check_user_ids(user_ids, len(table))
+        uid, costs, seq = check_id_batch(user_ids, table, costs, seq)
         n = uid.size
-        costs = check_costs(costs, n)
-        seq = check_seq(seq)
         if n == 0:
             return np.zeros(0, dtype=bool)
-        if not distinct(uid):  # table ids are distinct iff their names are
-            raise ValueError("a batch must not name a user twice")
         frags = self._table_frags(uid, table)  # (binds the halted-id cache to this table)
         known = self._halted_ids.get(scope)
         send = None
@@ -460,14 +455,9 @@ class RedisBudgetStore(BudgetStore):
     def settle_ids(self, scope: str, seq: int, user_ids: np.ndarray, actual, table) -> None:
         if type(self).settle is not RedisBudgetStore.settle:
             return super().settle_ids(scope, seq, user_ids, actual, table)
-        uid = check_user_ids(user_ids, len(table))
-        n = uid.size
-        actual = check_costs(actual, n)
-        seq = check_seq(seq)
-        if n == 0:
+        uid, actual, seq = check_id_batch(user_ids, table, actual, seq, "settle batch")
+        if uid.size == 0:
             return
-        if not distinct(uid):
-            raise ValueError("a settle batch must not name a user twice")
         self._settle(scope, seq, self._table_frags(uid, table), actual, lambda i: table.names(uid[i:i + 1])[0])
 
     def _settle(self, scope: str, seq: int, frags, actual: np.ndarray, name_at: Callable[[int], str]) -> None:
