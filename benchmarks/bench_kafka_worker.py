@@ -198,7 +198,8 @@ async def worker_run(cfg, store_url: str, n: int, **over) -> dict:
     out = {"eps_steady": n / (t1 - first[0]), "eps_total": n / (t1 - t0), "windows": w.closed_windows,
            "releases": c.releases, "lat": lat, "close_compute": [],
            "checkpoints": w.metrics.checkpoints._value.get(),
-           "ckpt_bytes": w.metrics.checkpoint_bytes._value.get()}
+           "ckpt_bytes": w.metrics.checkpoint_bytes._value.get(),
+           "ckpt_seconds": w.metrics.checkpoint_seconds._sum.get()}
     store.close()
     return out
 
@@ -388,6 +389,7 @@ def main() -> None:
         ("window close → published, median s", f"{statistics.median(lat):.3f}"),
         ("window close → published, max s", f"{max(lat):.3f}"),
         ("checkpoints written / last state bytes", f"{w['checkpoints']:.0f} / {w['ckpt_bytes']:,.0f}"),
+        ("checkpoint time, s in all (snapshot + encode + Lua call)", f"{w['ckpt_seconds']:.3f}"),
         ("worker run CPU s: python / tansu / redis-server (median run)", "/".join(f"{x:.2f}" for x in w["cpu"])),
         ("worker run wall s incl. start and final checkpoint", f"{w['wall']:.2f}"),
     ]
