@@ -14,7 +14,8 @@ keyed by user) into a topic of P partitions, then measures on that topic:
 5. optionally (``--staged``) DESIGN §4's staged topology: one stage A ingest worker forwards the topic to a fresh
    internal topic (its rate: events/s from its first fetched record to the last acknowledged forward), then the
    coordinator consumes those forward records (same measure as 2.) — the rate the topology sustains once enough
-   ingest workers keep up.
+   ingest workers keep up; and the two at once on this machine (one ingest worker in a subprocess, the coordinator
+   in process, from the coordinator's first record to its last step).
 
 Steps 1 and 2 are repeated ``--repeat`` times (default 3), interleaved, with a flushed Redis before each worker
 run; the table reports medians (and the range of the ratio) with the load average.
@@ -230,6 +231,33 @@ async def ingest_run(cfg, n: int, group: str) -> float:
     return n / (t1 - first[0])
 
 
+def ingest_child(argv: list[str]) -> None:
+    """``--ingest-child BOOTSTRAP TOPIC PREFIX GROUP N PARTITIONS BATCH``: one stage A worker in this process (the
+    concurrent staged measurement starts it as a subprocess) until N events are forwarded."""
+    bootstrap, topic, prefix, group, n, partitions, batch = argv
+    a = argparse.Namespace(partitions=int(partitions), batch=int(batch))
+    cfg = make_config(a, bootstrap, topic)
+    cfg.kafka["internal_prefix"] = prefix
+    asyncio.run(ingest_run(cfg, int(n), group))
+
+
+async def staged_concurrent(args, cfg, store_url: str, n: int, bootstrap: str, topic: str, tag: str, **over) -> float:
+    """Stage A (a subprocess) and the coordinator (in process) at once: the coordinator's events/s."""
+    prefix = cfg.kafka["internal_prefix"]
+    from streamdp.adapters.kafka.broker_config import client_kwargs
+    from streamdp.adapters.kafka.topics import ensure_topics
+
+    await ensure_topics(client_kwargs(cfg.kafka), [f"{prefix}parsed"], args.partitions)
+    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--ingest-child", bootstrap, topic, prefix,
+                              f"bench-conc{tag}", str(n), str(args.partitions), str(args.batch)],
+                             env=dict(os.environ, PYTHONWARNINGS="ignore"), stdout=subprocess.DEVNULL)
+    try:
+        co = await worker_run(cfg, store_url, n, **over, role="coordinator")
+    finally:
+        child.wait(60)
+    return co["eps_steady"]
+
+
 def embedded_rate(cfg, payloads: list[bytes], batch: int) -> float:
     from streamdp.accounting.cost import budget_vector
     from streamdp.engine.engine import ReleaseEngine
@@ -296,6 +324,8 @@ def faust_rate(bootstrap: str, topic: str, n: int, batch: int, partitions: int, 
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--ingest-child":
+        return ingest_child(sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--partitions", type=int, default=4)
@@ -352,6 +382,13 @@ def main() -> None:
                 c4 = cpu()
                 co = asyncio.run(worker_run(scfg, store_url, n, **over, role="coordinator"))
                 w["coord_eps"], w["coord_cpu"] = co["eps_steady"], [b - a for a, b in zip(c4, cpu())]
+                ccfg = make_config(args, bootstrap, topic)
+                ccfg.kafka["internal_prefix"] = f"bench.concurrent{i}."
+                redis.Redis.from_url(store_url).flushdb()
+                w["conc_eps"] = asyncio.run(staged_concurrent(args, ccfg, store_url, n, bootstrap, topic, str(i),
+                                                              **over))
+                print(f"  staged: one ingest worker and the coordinator at once {w['conc_eps']:,.0f} events/s "
+                      f"(ratio to raw {w['conc_eps'] / raw_steady:.2f})", flush=True)
                 print(f"  staged: one ingest worker {w['ingest_eps']:,.0f} events/s; coordinator "
                       f"{co['eps_steady']:,.0f} events/s (ratio to raw {co['eps_steady'] / raw_steady:.2f}); "
                       f"coordinator CPU s (python, tansu, redis) {'/'.join(f'{x:.2f}' for x in w['coord_cpu'])}",
@@ -399,7 +436,10 @@ def main() -> None:
         rows += [("staged: one ingest worker (stage A), events/s", f"{ing:,.0f}"),
                  ("staged: coordinator on forward records, events/s", f"{med(r[2]['coord_eps'] for r in runs):,.0f}"),
                  ("staged: ratio coordinator / raw aiokafka, median", f"{med(cr):.2f}"),
-                 ("staged: ratio coordinator / raw aiokafka, min … max", f"{cr[0]:.2f} … {cr[-1]:.2f}")]
+                 ("staged: ratio coordinator / raw aiokafka, min … max", f"{cr[0]:.2f} … {cr[-1]:.2f}"),
+                 ("staged: 1 ingest + coordinator at once, events/s", f"{med(r[2]['conc_eps'] for r in runs):,.0f}"),
+                 ("staged: ratio (1 ingest + coordinator) / raw, median",
+                  f"{med(r[2]['conc_eps'] / r[0] for r in runs):.2f}")]
     if args.faust:
         rows.append(("faust-streaming agent stream.take, events/s",
                      f"{fa['eps']:,.0f}" if fa else "did not finish"))
