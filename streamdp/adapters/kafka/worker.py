@@ -32,6 +32,11 @@ checkpointed offsets. SIGTERM finishes the current step, checkpoints and exits 0
 
 Scale-out: workers of one consumer group use :class:`~streamdp.adapters.kafka.assignor.SingleOwnerAssignor` —
 one active owner of all input partitions, the others standby; hand-over through the checkpoint.
+
+Roles: ``all`` (the above, on the input topic) or ``coordinator`` — DESIGN §4's staged topology, where stage A
+(:mod:`~streamdp.adapters.kafka.ingest`) parses and dead-letters, and this worker consumes its forward records
+(:mod:`~streamdp.adapters.kafka.forward`) from the internal topic instead of raw JSON, exactly once by input offset.
+Both roles share ONE checkpoint per (group_id, input topic): its offsets are input offsets either way.
 """
 
 from __future__ import annotations
