@@ -20,6 +20,7 @@ from streamdp.input import sources
 
 from kafka_helpers import (checkpoint_info, malformed_events, produce, read_topic, service_config, spent_by_user,
                            start_worker, wait_for, write_config)
+from outage_helpers import free_port, scrape_metric
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +83,8 @@ def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, to
         # a1 forwards its 4th run and dies before committing it; a2 then owns every partition and re-sends
         a1 = start_worker(ingest, {"STREAMDP_CRASH_POINT": "ingest_after_forward", "STREAMDP_CRASH_COUNT": "4"},
                           str(tmp_path / "a1.log"))
-        a2 = start_worker(ingest, log_path=str(tmp_path / "a2.log"))
+        a2_metrics = free_port()
+        a2 = start_worker([*ingest, "--metrics-port", str(a2_metrics)], log_path=str(tmp_path / "a2.log"))
         assert a1.wait(60) == -signal.SIGKILL, "ingest worker a1 did not reach its crash point"
         assert c.wait(60) == -signal.SIGKILL, "the coordinator did not reach its crash point"
         wait_for(lambda: '"partitions": [0, 1, 2, 3]' in (tmp_path / "a2.log").read_text(), 60,
@@ -90,6 +92,9 @@ def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, to
         # restarted standalone (no wait for the dead member's group session; the checkpoint claim fences it)
         c = start_worker([*coord, "--standalone", "--drain-idle", "5"], log_path=str(tmp_path / "c.log"))
         assert c.wait(120) == 0, (tmp_path / "c.log").read_text()[-3000:]
+        # stage A's own metrics: everything it forwarded or dead-lettered is counted
+        assert scrape_metric(a2_metrics, "streamdp_forward_records_total") >= 1
+        assert scrape_metric(a2_metrics, "streamdp_events_in_total") >= len(events) / 2
         a2.send_signal(signal.SIGTERM)  # graceful: finishes its batch and exits 0
         assert a2.wait(30) == 0
     finally:
