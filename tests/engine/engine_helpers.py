@@ -1,10 +1,15 @@
-"""A minimal query kind for engine tests: a noisy count of distinct users present, fixed cost per user."""
+"""Engine-test helpers: a minimal query kind (a noisy count of distinct users present, fixed cost per user), and
+the test-mode engine and embedded run that the query-kind tests share."""
 
 import numpy as np
 import orjson
 
-from streamdp.accounting.cost import Cost
+from streamdp.accounting.cost import Cost, budget_vector
+from streamdp.engine.engine import EngineConfig, ReleaseEngine
+from streamdp.engine.pipeline import EmbeddedPipeline
 from streamdp.engine.query import QueryRelease, Reservation, WindowQuery
+from streamdp.filter.memory import MemoryBudgetStore
+from streamdp.outputs.sinks import ListSink
 
 
 class PresenceCount(WindowQuery):
@@ -37,3 +42,17 @@ def ev(user, ts, items=(), value=None):
     if value is not None:
         d["value"] = value
     return orjson.dumps(d)
+
+
+def engine(queries, budget: Cost, seed: int = 11, horizon: int = 8, store_cls=MemoryBudgetStore):
+    """A test-mode engine (windows of 10 s from 0, deterministic noise) over a fresh store: (engine, store)."""
+    store = store_cls(budget_vector(budget))
+    conf = EngineConfig(window_seconds=10.0, horizon=horizon, origin=0.0, unsafe_test_seed=seed)
+    return ReleaseEngine(conf, queries, store), store
+
+
+def run(e, payloads):
+    """Every payload through the embedded pipeline as one batch; the release records."""
+    sink = ListSink()
+    EmbeddedPipeline(e, [sink]).run([payloads])
+    return sink.records

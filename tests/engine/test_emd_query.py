@@ -13,18 +13,19 @@ import orjson
 import pytest
 from scipy import stats
 
-from streamdp.accounting.cost import COMPONENTS, DELTA_SCALE, LOSS_SCALE, Cost, budget_vector
+from streamdp.accounting.cost import COMPONENTS, DELTA_SCALE, LOSS_SCALE, Cost
 from streamdp.adapters.kafka.schemas import release_validator
 from streamdp.cli.main import main
 from streamdp.config.kinds import ConfigError
 from streamdp.config.loader import parse_config
-from streamdp.engine.engine import EngineConfig, ReleaseEngine
+from streamdp.engine.engine import ReleaseEngine
 from streamdp.engine.pipeline import EmbeddedPipeline
 from streamdp.engine.queries.emd import EMDFrequency, EMDLinear
-from streamdp.filter.memory import MemoryBudgetStore
 from streamdp.mechanisms.emd.metric import emd_items
 from streamdp.noise.generator import synthetic_data_generator
 from streamdp.outputs.sinks import ListSink
+
+from engine_helpers import engine, run
 
 ALPHA = COMPONENTS.index("emd_alpha")
 DELTA = COMPONENTS.index("emd_delta")
@@ -36,18 +37,6 @@ def ev(user, ts, items=(), loc=None):
     if loc is not None:
         d["loc"] = list(loc)
     return orjson.dumps(d)
-
-
-def engine(queries, budget: Cost, seed=11):
-    store = MemoryBudgetStore(budget_vector(budget))
-    conf = EngineConfig(window_seconds=10.0, horizon=8, origin=0.0, unsafe_test_seed=seed)
-    return ReleaseEngine(conf, queries, store), store
-
-
-def run(e, payloads):
-    sink = ListSink()
-    EmbeddedPipeline(e, [sink]).run([payloads])
-    return sink.records
 
 
 def fixed_up(x, scale=LOSS_SCALE):

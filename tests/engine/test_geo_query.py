@@ -13,18 +13,16 @@ import orjson
 import pytest
 from scipy import stats
 
-from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, Cost, budget_vector
+from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, Cost
 from streamdp.adapters.kafka.schemas import release_validator
 from streamdp.cli.main import main
 from streamdp.config.kinds import ConfigError
 from streamdp.config.loader import parse_config
-from streamdp.engine.engine import EngineConfig, ReleaseEngine
-from streamdp.engine.pipeline import EmbeddedPipeline
 from streamdp.engine.queries.geo import GeoConvexHull, GeoKNN, GeoLocations, PlanarFrame
-from streamdp.filter.memory import MemoryBudgetStore
 from streamdp.mechanisms.geo.convex_hull import convex_hull_vertices, hull_jaccard
 from streamdp.noise.generator import synthetic_data_generator
-from streamdp.outputs.sinks import ListSink
+
+from engine_helpers import engine, run
 
 R = 6_371_008.8  # IUGG mean Earth radius (m)
 US = [24.0, 50.0, -125.0, -66.0]
@@ -38,18 +36,6 @@ def ev(user, ts, loc=None, items=()):
     if loc is not None:
         d["loc"] = list(loc)
     return orjson.dumps(d)
-
-
-def engine(queries, budget: Cost, seed=11):
-    store = MemoryBudgetStore(budget_vector(budget))
-    conf = EngineConfig(window_seconds=10.0, horizon=8, origin=0.0, unsafe_test_seed=seed)
-    return ReleaseEngine(conf, queries, store), store
-
-
-def run(e, payloads):
-    sink = ListSink()
-    EmbeddedPipeline(e, [sink]).run([payloads])
-    return sink.records
 
 
 def sinc_half(x):

@@ -11,15 +11,13 @@ import orjson
 import pytest
 from scipy import stats
 
-from streamdp.accounting.cost import LOSS_SCALE, Cost, budget_vector
+from streamdp.accounting.cost import LOSS_SCALE, Cost
 from streamdp.cli.main import main
 from streamdp.config.kinds import ConfigError, build_query, kinds
-from streamdp.engine.engine import EngineConfig, ReleaseEngine
-from streamdp.engine.pipeline import EmbeddedPipeline
 from streamdp.engine.queries.grid_means import ESTIMATOR_NAMES, GridMeans
-from streamdp.filter.memory import MemoryBudgetStore
 from streamdp.noise.generator import synthetic_data_generator
-from streamdp.outputs.sinks import ListSink
+
+from engine_helpers import engine, run
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "grid_means.toml")
 
@@ -31,18 +29,6 @@ def ev(user, ts, value=None, loc=None, items=()):
     if loc is not None:
         d["loc"] = list(loc)
     return orjson.dumps(d)
-
-
-def engine(queries, budget: Cost, seed=11):
-    store = MemoryBudgetStore(budget_vector(budget))
-    conf = EngineConfig(window_seconds=10.0, horizon=8, origin=0.0, unsafe_test_seed=seed)
-    return ReleaseEngine(conf, queries, store), store
-
-
-def run(e, payloads):
-    sink = ListSink()
-    EmbeddedPipeline(e, [sink]).run([payloads])
-    return sink.records
 
 
 def rho_fixed(eps: float) -> int:

@@ -5,29 +5,15 @@ import orjson
 import pytest
 from scipy import stats
 
-from streamdp.accounting.cost import Cost, budget_vector
-from streamdp.engine.engine import EngineConfig, ReleaseEngine
-from streamdp.engine.pipeline import EmbeddedPipeline
+from streamdp.accounting.cost import Cost
 from streamdp.engine.queries.continual_counts import ContinualCounts
 from streamdp.engine.queries.top_k import TopK
-from streamdp.filter.memory import MemoryBudgetStore
-from streamdp.outputs.sinks import ListSink
+
+from engine_helpers import engine, run
 
 
 def ev(user, ts, items):
     return orjson.dumps({"user": user, "ts": ts, "items": items})
-
-
-def engine(queries, budget: Cost, seed=11, horizon=8):
-    store = MemoryBudgetStore(budget_vector(budget))
-    conf = EngineConfig(window_seconds=10.0, horizon=horizon, origin=0.0, unsafe_test_seed=seed)
-    return ReleaseEngine(conf, queries, store), store
-
-
-def run(e, payloads):
-    sink = ListSink()
-    EmbeddedPipeline(e, [sink]).run([payloads])
-    return sink.records
 
 
 def test_continual_counts_charge_first_contribution_only_and_halt_at_budget():

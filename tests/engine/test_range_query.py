@@ -21,7 +21,7 @@ from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, Cost, budget_vector
 from streamdp.cli.main import main
 from streamdp.config.kinds import ConfigError, kinds
 from streamdp.config.loader import load_config, parse_config
-from streamdp.engine.engine import EngineConfig, ReleaseEngine
+from streamdp.engine.engine import ReleaseEngine
 from streamdp.engine.pipeline import EmbeddedPipeline
 from streamdp.engine.queries.adaptive_point import KDEPoint, KNNPoint, ThresholdCount
 from streamdp.engine.queries.range_counts import RangeCounts, fixed_up
@@ -30,6 +30,8 @@ from streamdp.mechanisms.adaptive.pie import split_rounds
 from streamdp.mechanisms.adaptive.sequential import reservation_to_rho
 from streamdp.noise.generator import synthetic_data_generator
 from streamdp.outputs.sinks import ListSink
+
+from engine_helpers import engine as make_engine, run
 
 CGP = COMPONENTS.index("cgp_rho")
 ZRHO = COMPONENTS.index("zcdp_rho")
@@ -62,15 +64,7 @@ class RecordingStore(MemoryBudgetStore):
 
 
 def engine(queries, budget: Cost, seed=11, store_cls=RecordingStore):
-    store = store_cls(budget_vector(budget))
-    conf = EngineConfig(window_seconds=10.0, horizon=64, origin=0.0, unsafe_test_seed=seed)
-    return ReleaseEngine(conf, queries, store), store
-
-
-def run(e, payloads):
-    sink = ListSink()
-    EmbeddedPipeline(e, [sink]).run([payloads])
-    return sink.records
+    return make_engine(queries, budget, seed=seed, horizon=64, store_cls=store_cls)
 
 
 def by_query(records, qid):
