@@ -140,6 +140,19 @@ def _pairs(w: WindowData) -> tuple[np.ndarray, np.ndarray]:
     return w.item_pairs()
 
 
+def _admitted_featured_pairs(w: WindowData, table, admitted: np.ndarray):
+    """The window's (user, featured-item row) pairs of admitted users: (users, rows, their sorted unique users,
+    each pair's index into those)."""
+    users, item_ids = _pairs(w)
+    rows = table.rows(item_ids) if users.size else np.zeros(0, dtype=np.int64)
+    keep = rows >= 0
+    if keep.any():
+        keep[keep] = admitted[users[keep]]
+    u, r = users[keep], rows[keep]
+    uu, inv = np.unique(u, return_inverse=True)
+    return u, r, uu, inv
+
+
 def _admitted_reserved(res: Reservation, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(is user reserved by this query, its reservation row) for sorted unique ``users``."""
     if res.users.size == 0:
@@ -220,13 +233,7 @@ class EMDLinear(WindowQuery):
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
         self.items.bind(items)
-        users, item_ids = _pairs(w)
-        rows = self.items.rows(item_ids) if users.size else np.zeros(0, dtype=np.int64)
-        keep = rows >= 0
-        if keep.any():
-            keep[keep] = admitted[users[keep]]
-        u, r = users[keep], rows[keep]
-        uu, inv = np.unique(u, return_inverse=True)
+        u, r, uu, inv = _admitted_featured_pairs(w, self.items, admitted)
         ok, _ = _admitted_reserved(res, uu)  # every featured user was reserved unless the prepare-time table was stale
         if not ok.all():
             sel = ok[inv]
@@ -358,13 +365,7 @@ class EMDFrequency(WindowQuery):
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
         self.items.bind(items)
-        users, item_ids = _pairs(w)
-        rows = self.items.rows(item_ids) if users.size else np.zeros(0, dtype=np.int64)
-        keep = rows >= 0
-        if keep.any():
-            keep[keep] = admitted[users[keep]]
-        u, r = users[keep], rows[keep]
-        uu, inv = np.unique(u, return_inverse=True)
+        u, r, uu, inv = _admitted_featured_pairs(w, self.items, admitted)
         m = np.bincount(inv, minlength=uu.size).astype(np.int64)
         ok = m <= self.max_items  # larger multisets are left out (sizes are public: bounded model)
         exact = self._table[np.minimum(m, self.max_items)]
