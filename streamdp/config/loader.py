@@ -73,6 +73,8 @@ KAFKA_PARAMS = (
           default=1024 * 1024, min=1024),
     Param("prefetch_batches", "int", "fetched and parsed batches queued ahead of the processor", default=4,
           min=1),
+    Param("lean_fetch", "bool", "read fetched records as runs per record batch, not aiokafka ConsumerRecords "
+          "(faster; falls back by itself where it cannot install)", default=True),
     Param("metrics_port", "int", "Prometheus metrics port (0 = off)", default=0, min=0, max=65535),
     Param("checkpoint_seconds", "float", "checkpoint at least this often (seconds) even without window closes",
           default=5.0, gt=0),

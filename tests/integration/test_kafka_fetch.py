@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from aiokafka import TopicPartition
 
+from streamdp.adapters.kafka.lean_fetch import RecordRun
 from streamdp.adapters.kafka.worker import parse_fetched
 from streamdp.filter.redis_store import _unique_rows
 from streamdp.input.events import parse_batch
@@ -64,6 +65,32 @@ def test_parse_fetched_equals_parsing_each_partition(sizes, bad_every):
         assert [i for i, _ in g.dead] == dead_rows
         assert all(payloads[i] == d.payload for i, d in g.dead)
     assert sum(len(g.dead) for g in got) >= (sum(sizes) // bad_every - 1 if bad_every else 0)
+
+
+def as_runs(batch: dict, seed: int) -> dict:
+    """The same records as the lean fetch returns them: one :class:`RecordRun` per (randomly cut) record batch."""
+    g = np.random.default_rng(seed)
+    out = {}
+    for tp, recs in batch.items():
+        runs, at = [], 0
+        while at < len(recs):
+            n = int(g.integers(1, 400))
+            runs.append(RecordRun([r.offset for r in recs[at:at + n]], [r.value for r in recs[at:at + n]]))
+            at += n
+        out[tp] = runs
+    return out
+
+
+@pytest.mark.parametrize("sizes,bad_every", [([1500, 900, 700, 400], 37), ([2500, 0, 2600], 101)])
+def test_parse_fetched_of_lean_runs_equals_consumer_records(sizes, bad_every):
+    batch = _fetched(sizes, bad_every, seed=sum(sizes))
+    ref, got = parse_fetched(batch, TOPIC), parse_fetched(as_runs(batch, 5), TOPIC)
+    assert [g.partition for g in got] == [r.partition for r in ref]
+    for g, r in zip(got, ref):
+        assert g.payloads == r.payloads and np.array_equal(g.offsets, r.offsets)
+        assert g.parsed.users == r.parsed.users and g.parsed.items == r.parsed.items
+        assert np.array_equal(g.parsed.source_rows, r.parsed.source_rows)
+        assert [(i, d.reason) for i, d in g.dead] == [(i, d.reason) for i, d in r.dead]
 
 
 def test_parse_fetched_of_nothing():

@@ -29,6 +29,7 @@ import numpy as np
 
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import ForwardRecord, encode
+from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, split_runs
 from streamdp.adapters.kafka.topics import stop_clients, stop_on_signals, topic_partitions
 from streamdp.adapters.metrics import WorkerMetrics
 
@@ -50,6 +51,7 @@ class IngestWorker:
         self.consumer = None
         self.producer = None
         self.forwarded_events = 0
+        self.lean = False  # the lean fetch is installed in the consumer
         self._last_input = time.monotonic()
 
     async def start(self) -> None:
@@ -69,6 +71,7 @@ class IngestWorker:
             max_poll_interval_ms=300000, fetch_max_bytes=o.fetch_max_bytes,
             max_partition_fetch_bytes=o.max_partition_fetch_bytes)
         await self.consumer.start()
+        self.lean = o.lean_fetch and install_lean_fetch(self.consumer)
         n_in = len(await topic_partitions(self.consumer, o.input_topic))
         if o.create_topics:
             await ensure_topics(self.client_kw, [o.internal_topic], n_in)
@@ -131,11 +134,14 @@ class IngestWorker:
                     break
                 continue
             self._last_input = time.monotonic()
-            try:
-                await self.forward(batch, gen)
-            except KafkaError as e:  # nothing committed: the runs are fetched and forwarded again
-                log.warning("forward failed; re-fetching from the last commit", extra={"error": str(e)})
-                await self._rewind()
+            for chunk in split_runs(batch, o.batch_max_records):  # lean runs: max_records counted runs
+                if gen != self.generation:
+                    break  # rewound or rebalanced meanwhile: the rest is fetched again from the new positions
+                try:
+                    await self.forward(chunk, gen)
+                except KafkaError as e:  # nothing committed: the runs are fetched and forwarded again
+                    log.warning("forward failed; re-fetching from the last commit", extra={"error": str(e)})
+                    await self._rewind()
 
     async def forward(self, batch: dict, gen: int) -> None:
         """Steps 2–4 of the module doc for one ``getmany`` result."""

@@ -57,6 +57,7 @@ from streamdp.adapters.kafka.checkpoint import (Checkpoint, DeferredReleaseLog, 
                                                 RedisCheckpoint)
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import accept as accept_forward
+from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, offsets_and_values, record_count, split_runs
 from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
 from streamdp.adapters.kafka.topics import (ensure_topics, forward_topic, output_topic, stop_clients, stop_on_signals,
                                            topic_partitions)
@@ -102,13 +103,16 @@ class WorkerOptions:
     # the forward records of stage A (``ingest.py``) from ``internal_topic`` instead of raw JSON
     role: str = "all"
     internal_topic: str = "streamdp.internal.parsed"
+    # read fetched records as runs of (offsets, values) per record batch instead of aiokafka ConsumerRecords
+    # (lean_fetch.py; the input topic only — the coordinator's forward records are few and large)
+    lean_fetch: bool = True
 
     @classmethod
     def from_config(cls, kafka: dict, **over) -> "WorkerOptions":
         o = cls(input_topic=kafka["input_topic"], output_prefix=kafka["output_prefix"],
                 dead_letter_topic=kafka["dead_letter_topic"], group_id=kafka["group_id"],
                 partitions=kafka["partitions"], batch_max_records=kafka["batch_max_records"])
-        for k in ("fetch_max_bytes", "max_partition_fetch_bytes", "prefetch_batches"):
+        for k in ("fetch_max_bytes", "max_partition_fetch_bytes", "prefetch_batches", "lean_fetch"):
             if k in kafka:
                 setattr(o, k, kafka[k])
         o.internal_topic = forward_topic(kafka)
@@ -158,7 +162,7 @@ class Fetched:
 
 
 def parse_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
-    """Parse a ``getmany`` result (TopicPartition → records) of ``topic``: the payloads of all partitions in ONE
+    """Parse a ``getmany`` result (TopicPartition → records, or → :class:`RecordRun` s of the lean fetch) of ``topic``: the payloads of all partitions in ONE
     :func:`parse_batch` call (bigger batches take the columnar fast path, and its per-batch name dictionaries
     serve every partition), then split back per partition, in partition order. Each event's parse does not depend
     on the batch it is parsed in, so this equals parsing partition by partition."""
@@ -169,9 +173,9 @@ def parse_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
     offsets: list[np.ndarray] = []
     bounds = [0]
     for tp in tps:
-        msgs = batch[tp]
-        payloads.extend([m.value if m.value is not None else b"" for m in msgs])
-        offsets.append(np.fromiter([m.offset for m in msgs], dtype=np.int64, count=len(msgs)))
+        offs, vals = offsets_and_values(batch[tp])  # lean runs or ConsumerRecords (lean_fetch.py)
+        payloads.extend(vals)
+        offsets.append(offs)
         bounds.append(len(payloads))
     parsed, dead = parse_batch(payloads)
     dead_at: list[int] = []
@@ -257,6 +261,7 @@ class KafkaWorker:
         self.exit_code = 0
         self.consumer = None
         self.producer = None
+        self.lean = False  # the lean fetch is installed in the consumer
         self._assignor = SingleOwnerAssignor()
         self._batches_since = 0
         self._last_ckpt = time.monotonic()
@@ -293,11 +298,13 @@ class KafkaWorker:
             self.consumer.subscribe([self.source_topic], listener=_listener(self))
             if not self.coordinator:
                 await self.consumer.start()
+                self.lean = o.lean_fetch and install_lean_fetch(self.consumer)
         else:
             from aiokafka import TopicPartition
 
             if not self.coordinator:
                 await self.consumer.start()
+                self.lean = o.lean_fetch and install_lean_fetch(self.consumer)
             parts = await topic_partitions(self.consumer, self.source_topic)
             tps = [TopicPartition(self.source_topic, p) for p in parts]
             self.consumer.assign(tps)
@@ -374,13 +381,16 @@ class KafkaWorker:
                 continue
             # no await since getmany drained its buffers: these records follow the positions of this generation
             gen = self.generation
-            n = sum(len(v) for v in batch.values())
-            if not n:
+            if not any(batch.values()):
                 continue
             self._last_input = time.monotonic()
-            parts = (decode_fetched(batch, self.source_topic) if self.coordinator
-                     else parse_fetched(batch, self.source_topic))
-            await queue.put(Fetched(gen, parts, n))
+            if self.coordinator:
+                await queue.put(Fetched(gen, decode_fetched(batch, self.source_topic),
+                                        sum(len(v) for v in batch.values())))
+                continue
+            for chunk in split_runs(batch, o.batch_max_records):  # lean runs: max_records counted runs
+                n = sum(record_count(v) for v in chunk.values())
+                await queue.put(Fetched(gen, parse_fetched(chunk, self.source_topic), n))
 
     async def _next_items(self, queue: asyncio.Queue) -> list[Fetched]:
         """The next fetched batch (waits up to ``poll_ms``) and those queued behind it, up to ``step_max_records``
