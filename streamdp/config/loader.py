@@ -73,6 +73,8 @@ KAFKA_PARAMS = (
           default=1024 * 1024, min=1024),
     Param("prefetch_batches", "int", "fetched and parsed batches queued ahead of the processor", default=4,
           min=1),
+    Param("step_max_records", "int", "one processing step takes queued fetched batches up to this many records "
+          "(steps grow only when the worker is behind)", default=20000, min=1),
     Param("lean_fetch", "bool", "read fetched records as runs per record batch, not aiokafka ConsumerRecords "
           "(faster; falls back by itself where it cannot install)", default=True),
     Param("metrics_port", "int", "Prometheus metrics port (0 = off)", default=0, min=0, max=65535),

@@ -41,6 +41,7 @@ def test_two_workers_with_rebalance_and_failover_equal_one_worker(tansu, redis_s
     svc = {"window_seconds": 6 * 3600.0}
     one = service_config(topic_prefix + "one.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
     two = service_config(topic_prefix + "two.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
+    one["kafka"]["lean_fetch"] = False  # the reference reads aiokafka ConsumerRecords, the pair lean runs
     base = redis_server.url.rsplit("/", 1)[0]
     url_one, url_two = base + "/3", base + "/4"
     for u in (url_one, url_two):

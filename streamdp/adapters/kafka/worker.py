@@ -82,7 +82,9 @@ class WorkerOptions:
     partitions: int = 4  # of the topics created at start
     batch_max_records: int = 5000  # per getmany
     prefetch_batches: int = 4  # fetched + parsed batches waiting for the processor
-    step_max_records: int | None = None  # one step takes queued batches up to this many records (None: batch_max)
+    # one step takes the queued batches up to this many records: when the processor falls behind, steps grow and
+    # several windows share one checkpoint and one publish round (measured: 0.30 → 0.36 of raw at 20000 vs 5000)
+    step_max_records: int = 20000
     offload: bool = True  # window closes and checkpoints in a worker thread (the event loop keeps fetching)
     # per fetch and per partition: small enough that the partitions advance together (the watermark is their
     # minimum: windows close — and Redis works — while fetching goes on, and fewer events are held), large enough
@@ -112,7 +114,8 @@ class WorkerOptions:
         o = cls(input_topic=kafka["input_topic"], output_prefix=kafka["output_prefix"],
                 dead_letter_topic=kafka["dead_letter_topic"], group_id=kafka["group_id"],
                 partitions=kafka["partitions"], batch_max_records=kafka["batch_max_records"])
-        for k in ("fetch_max_bytes", "max_partition_fetch_bytes", "prefetch_batches", "lean_fetch"):
+        for k in ("fetch_max_bytes", "max_partition_fetch_bytes", "prefetch_batches", "step_max_records",
+                  "lean_fetch"):
             if k in kafka:
                 setattr(o, k, kafka[k])
         o.internal_topic = forward_topic(kafka)
@@ -311,7 +314,7 @@ class KafkaWorker:
             await self.on_assigned(tps)
         log.info("worker started", extra={"worker": self.worker_id, "input_topic": o.input_topic,
                                           "role": o.role, "source_topic": self.source_topic, "group": self.group,
-                                          "queries": list(self.topic_of),
+                                          "queries": list(self.topic_of), "lean_fetch": self.lean,
                                           "test_mode": self.test_mode})
 
     async def stop(self) -> None:
@@ -403,7 +406,7 @@ class KafkaWorker:
             except asyncio.TimeoutError:
                 return []
         items, n = [first], first.records
-        limit = self.opts.step_max_records or self.opts.batch_max_records
+        limit = max(self.opts.step_max_records, self.opts.batch_max_records)
         while not queue.empty():
             f = queue.get_nowait()
             if n + f.records > limit:
