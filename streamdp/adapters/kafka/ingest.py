@@ -3,7 +3,8 @@
 Any number of ingest workers share the input topic's partitions in the consumer group ``<group_id>.ingest``
 (Kafka's ordinary assignment: the load is spread). Each one loops:
 
-1. ``getmany`` (records fetched before the last rebalance are dropped: the new positions re-fetch them);
+1. ``getmany`` with the lean fetch (:mod:`~streamdp.adapters.kafka.lean_fetch`), cut into batches of at most
+   ``batch_max_records`` (records fetched before the last rebalance are dropped: the new positions re-fetch them);
 2. parse and validate every payload of the batch at once (:func:`~streamdp.adapters.kafka.worker.parse_fetched`);
 3. dead-letter the malformed events (keyed ``<partition>/<offset>``, as the single worker does) and forward each
    partition's run as ONE :class:`~streamdp.adapters.kafka.forward.ForwardRecord` to the internal topic, on the

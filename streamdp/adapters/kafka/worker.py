@@ -2,7 +2,9 @@
 
 The Kafka twin of :class:`streamdp.engine.pipeline.EmbeddedPipeline`, in two concurrent parts:
 
-* the **fetcher** (a task) calls aiokafka ``getmany`` and parses each batch at once — the payloads of all its
+* the **fetcher** (a task) calls aiokafka ``getmany`` — with the lean fetch (:mod:`~streamdp.adapters.kafka.lean_fetch`)
+  it returns one run of (offsets, values) per Kafka record batch, not a ``ConsumerRecord`` per record — cuts the
+  result into batches of at most ``batch_max_records`` and parses each at once — the payloads of all its
   partitions in one :func:`parse_batch` call, split back per partition (:func:`parse_fetched`) — into a bounded
   prefetch queue, so consuming and parsing go on while the processor waits for Redis;
 * the **processor** takes the next batch (with those queued behind it, up to ``step_max_records`` records) and
