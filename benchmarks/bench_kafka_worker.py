@@ -199,7 +199,7 @@ async def worker_run(cfg, store_url: str, n: int, **over) -> dict:
     out = {"eps_steady": n / (t1 - first[0]), "eps_total": n / (t1 - t0), "windows": w.closed_windows,
            "releases": c.releases, "lat": lat, "close_compute": [],
            "checkpoints": w.metrics.checkpoints._value.get(),
-           "ckpt_bytes": w.metrics.checkpoint_bytes._value.get(),
+           "ckpt_bytes": w.metrics.checkpoint_bytes._value.get(), "ckpt_written": w.ckpt.last_written,
            "ckpt_seconds": w.metrics.checkpoint_seconds._sum.get()}
     store.close()
     return out

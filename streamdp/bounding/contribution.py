@@ -10,7 +10,9 @@
 State: the per-(user, item) counters of the current epoch as a sorted int64 key array (user_id·2³² + item_id) with a
 parallel uint16 count array — vectorised lookups with ``np.searchsorted``, merged once per window. ``commit`` must
 be called with the *admitted* pairs only, after the filter has answered (``commit_bounded`` reuses ``bound``'s
-search).
+search). The snapshot is the epoch's commit log instead — the keys of every commit, in order (a key's count is how
+often it occurs) — an :class:`~streamdp.engine.append_log.AppendLog`: a checkpoint appends one window's keys
+rather than rewriting every counter.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamdp.arrays import unique_sorted
+from streamdp.engine.append_log import AppendLog
 
 _SHIFT = np.int64(32)
 
@@ -51,6 +54,7 @@ class ContributionBounder:
             raise ValueError("max_per_item (C) must be in 1..65535")
         self.delta0 = int(max_items_per_window)
         self.cap = int(max_per_item)
+        self._log: list[np.ndarray] = []  # the keys of each commit (sorted, distinct), in commit order
         self._set(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), ones=True)
 
     def _set(self, keys: np.ndarray, counts: np.ndarray, ones: bool | None = None) -> None:
@@ -61,6 +65,7 @@ class ContributionBounder:
 
     def reset(self) -> None:
         """A new epoch: counters restart with the tree."""
+        self._log = []
         self._set(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), ones=True)
 
     def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,6 +126,7 @@ class ContributionBounder:
         keys = unique_sorted(pair_keys(user_ids, item_ids))
         if keys.size == 0:
             return
+        self._log.append(keys)
         if self._keys.size == 0:
             self._set(keys, np.ones(keys.size, dtype=np.uint16), ones=True)
             return
@@ -140,6 +146,7 @@ class ContributionBounder:
         keys = b.keys if everyone else b.keys[keep]
         if keys.size == 0:
             return
+        self._log.append(keys)
         if b.pos is None:  # the counters were (and still are) empty
             self._set(keys, np.ones(keys.size, dtype=np.uint16), ones=True)
             return
@@ -172,15 +179,32 @@ class ContributionBounder:
             mc[old_at] = counts
         self._set(merged, mc, ones)
 
+    def counters(self) -> dict:
+        """The epoch counters: sorted pair keys and their counts (copies)."""
+        return {"keys": self._keys.copy(), "counts": self._counts.copy()}
+
     @property
     def n_pairs(self) -> int:
         return int(self._keys.size)
 
     def state(self) -> dict:
-        return {"delta0": self.delta0, "cap": self.cap, "keys": self._keys, "counts": self._counts}
+        if len(self._log) > 1:  # one array from here on: the next snapshot joins only what is new
+            self._log = [np.concatenate(self._log)]
+        log = self._log[0] if self._log else np.zeros(0, dtype=np.int64)
+        return {"delta0": self.delta0, "cap": self.cap, "log": AppendLog(log.astype("<i8", copy=False).tobytes())}
 
     @classmethod
     def from_state(cls, d: dict) -> "ContributionBounder":
         b = cls(int(d["delta0"]), int(d["cap"]))
-        b._set(np.asarray(d["keys"], dtype=np.int64), np.asarray(d["counts"], dtype=np.uint16))
+        if "log" in d:
+            log = np.frombuffer(bytes(d["log"]), dtype="<i8").astype(np.int64)
+            keys, counts = np.unique(log, return_counts=True)
+        else:  # a snapshot of version 1: the counters themselves (a log with the same counts stands in)
+            keys = np.asarray(d["keys"], dtype=np.int64)
+            counts = np.asarray(d["counts"], dtype=np.int64)
+            log = np.repeat(keys, counts)
+        if counts.size and int(counts.max()) > b.cap:
+            raise ValueError(f"bounder state counts a pair {int(counts.max())} times, above C = {b.cap}")
+        b._log = [log] if log.size else []
+        b._set(keys, counts.astype(np.uint16))
         return b

@@ -31,6 +31,7 @@ import orjson
 from streamdp.arrays import put_rows, take_rows, unique_sorted
 from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, SCALES
 from streamdp.engine import state_codec
+from streamdp.engine.append_log import AppendLog
 from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
 from streamdp.filter.store import BudgetStore, StoreError
 from streamdp.input.events import DeadLetter, EventBatch
@@ -40,7 +41,7 @@ from streamdp.windows.tumbling import TumblingWindows
 
 log = logging.getLogger("streamdp.engine")
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2: names without the closing bracket (append logs); 1 still loads
 
 
 class ReleaseConflict(RuntimeError):
@@ -329,16 +330,22 @@ class ReleaseEngine:
 
     # ---- snapshot ------------------------------------------------------------------------------------------
     def snapshot(self, include_rng: bool = False) -> bytes:
-        """The whole engine state as bytes (exact). The noise generator's state is included in the unsafe test
-        mode, or when ``include_rng`` (in-memory retries only: such a snapshot must never be persisted); a secure
-        engine restored from a persisted snapshot re-keys from the OS (noise already drawn for tree nodes is part
-        of the query state and is kept either way)."""
-        st = {
+        """The whole engine state as bytes (exact): :meth:`state_tree`, encoded."""
+        return state_codec.encode(self.state_tree(include_rng))
+
+    def state_tree(self, include_rng: bool = False) -> dict:
+        """The whole engine state as a tree for the snapshot codec. The noise generator's state is included in the
+        unsafe test mode, or when ``include_rng`` (in-memory retries only: such a snapshot must never be
+        persisted); a secure engine restored from a persisted snapshot re-keys from the OS (noise already drawn for
+        tree nodes is part of the query state and is kept either way). The interned-name lists and the bounders'
+        commit logs are :class:`~streamdp.engine.append_log.AppendLog` s (checkpoints append to them)."""
+        return {
             "version": SNAPSHOT_VERSION,
             "windows": self.windows.state(),
-            # name lists as one JSON blob each (one C call instead of a walk over millions of strings)
-            "users": orjson.dumps(self.users.state()),
-            "items": orjson.dumps(self.items.state()),
+            # name lists as one JSON blob each (one C call instead of a walk over millions of strings), without the
+            # closing bracket: the blob of a longer list then extends the blob of a shorter one
+            "users": AppendLog(orjson.dumps(self.users.state())[:-1]),
+            "items": AppendLog(orjson.dumps(self.items.state())[:-1]),
             "epoch": self.epoch,
             "buffers": {str(k): v for k, v in self._buffers.items()},
             "queries": {q.id: q.state() for q in self.queries},
@@ -346,15 +353,19 @@ class ReleaseEngine:
             "rng": (self.rng.bit_generator.state
                     if include_rng or self.config.unsafe_test_seed is not None else None),
         }
-        return state_codec.encode(st)
 
     def restore(self, data: bytes) -> None:
-        st = state_codec.decode(data)
-        if st.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"unsupported snapshot version {st.get('version')}")
+        self.restore_tree(state_codec.decode(data))
+
+    def restore_tree(self, st: dict) -> None:
+        """Load a :meth:`state_tree` (decoded; append logs as bytes). Version 1 (before append logs) loads too."""
+        version = st.get("version")
+        if version not in (1, SNAPSHOT_VERSION):
+            raise ValueError(f"unsupported snapshot version {version}")
+        names = (lambda b: orjson.loads(b)) if version == 1 else (lambda b: orjson.loads(bytes(b) + b"]"))
         self.windows = TumblingWindows.from_state(st["windows"])
-        self.users = Names.from_state(orjson.loads(st["users"]))
-        self.items = Names.from_state(orjson.loads(st["items"]))
+        self.users = Names.from_state(names(st["users"]))
+        self.items = Names.from_state(names(st["items"]))
         self.epoch = st["epoch"]
         self._buffers = {int(k): v for k, v in st["buffers"].items()}
         for q in self.queries:

@@ -169,3 +169,56 @@ def test_interning_help_does_not_change_the_releases():
     assert len(big) == 2 * 6
     assert _run(parts, 300, 2) == big
     assert _run(parts, 2500, 3, restore_after=3) == big
+
+
+def test_held_events_state_is_append_logs(partitions):
+    """Each (window, partition)'s held events are one append log: later states extend it until the window closes
+    (then it is gone), a restored stage extends what it loaded, and format-1 held state (one batch_state per
+    (window, partition)) still loads to the same events."""
+    from streamdp.engine.append_log import AppendLog
+
+    eng = _engine()
+    stage = CanonicalStage(eng)
+    stage.wm.register(range(P))
+    prev: dict = {}
+    pos = [0] * P
+    closed_seen = False
+    for step in range(40):
+        p = step % P
+        batch, _ = parse_batch(partitions[p][pos[p]:pos[p] + 37])
+        pos[p] += 37
+        stage.add(p, batch)
+        if step % 5 == 4:
+            closed_seen |= bool(stage.release())
+        held = stage.state()["held"]
+        for t, parts in held.items():
+            for q, log in parts.items():
+                assert isinstance(log, AppendLog)
+                if (t, q) in prev:
+                    assert log.startswith(prev[(t, q)])
+        assert all(int(t) > eng.windows.last_closed for t in held)  # closed windows' logs are gone
+        prev = {(t, q): log for t, parts in held.items() for q, log in parts.items()}
+    assert closed_seen and prev
+
+    st = state_codec.decode(state_codec.encode(stage.state()))
+    again = CanonicalStage(eng)
+    again.load_state(st)
+    assert again.held_events == stage.held_events
+    batch, _ = parse_batch(partitions[0][pos[0]:pos[0] + 37])
+    for s in (stage, again):
+        s.add(0, batch)
+    assert again.state()["held"] == stage.state()["held"]
+    for t, parts in again.state()["held"].items():
+        for q, log in parts.items():
+            assert log.startswith(st["held"][t][q]) if q in st["held"].get(t, {}) else True
+
+    v1 = {"wm": st["wm"], "held": {t: {q: batch_state(concat_batches(bs, codes=False)) for q, bs in
+                                       ((str(k), v) for k, v in stage.held[int(t)].items())}
+                                   for t in st["held"]}}
+    old = CanonicalStage(eng)
+    old.load_state(state_codec.decode(state_codec.encode(v1)))
+    assert old.held_events == stage.held_events
+    for t in stage.held:
+        for q in stage.held[t]:
+            a, b = concat_batches(stage.held[t][q], codes=False), concat_batches(old.held[t][q], codes=False)
+            assert a.users == b.users and a.items == b.items and np.array_equal(a.ts, b.ts)

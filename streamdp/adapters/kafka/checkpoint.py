@@ -45,35 +45,67 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from streamdp.engine import state_codec
+from streamdp.engine.append_log import join_logs, split_logs
 from streamdp.filter.memory import ledger_entry_json
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: append logs in their own keys (format 1, one state blob, still loads)
 
-# KEYS: 1 checkpoint hash, 2 ledger stream, 3.. release-log keys
-# ARGV: 1 owner, 2 state, 3 offsets json, 4 pending, 5 info json, 6 n ledger entries, then ledger entries, then
-#       one release record per release-log key
+# KEYS: 1 checkpoint hash, 2 ledger stream, 3 … 2+nr release-log keys, then one key per append log
+# ARGV: 1 owner, 2 state (without its append logs), 3 offsets json, 4 pending, 5 info json, 6 nl ledger entries,
+#       7 nr release records, 8 logs manifest json ({name: {"key", "len"}}), then the nl ledger entries, then the nr
+#       release records, then per append log: mode ('A' append / 'S' set), the length it must have before an
+#       append, the bytes to append or set
 CHECKPOINT_LUA = """
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner ~= ARGV[1] then
   return redis.error_reply('FENCED checkpoint is owned by ' .. tostring(owner))
 end
 local nl = tonumber(ARGV[6])
-local base = 6 + nl
-for i = 3, #KEYS do
-  local old = redis.call('GET', KEYS[i])
-  if old and old ~= ARGV[base + i - 2] then
-    return redis.error_reply('CONFLICT release log holds a different record for ' .. KEYS[i])
+local nr = tonumber(ARGV[7])
+local rbase = 8 + nl
+local lbase = rbase + nr
+for i = 1, nr do
+  local old = redis.call('GET', KEYS[2 + i])
+  if old and old ~= ARGV[rbase + i] then
+    return redis.error_reply('CONFLICT release log holds a different record for ' .. KEYS[2 + i])
   end
 end
-for i = 3, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[base + i - 2])
+local nlogs = #KEYS - 2 - nr
+for j = 1, nlogs do
+  local a = lbase + 3 * (j - 1)
+  if ARGV[a + 1] == 'A' and redis.call('STRLEN', KEYS[2 + nr + j]) ~= tonumber(ARGV[a + 2]) then
+    return redis.error_reply('LOGMISMATCH ' .. KEYS[2 + nr + j] .. ' is not the length this writer appended to')
+  end
+end
+for i = 1, nr do
+  redis.call('SET', KEYS[2 + i], ARGV[rbase + i])
 end
 for i = 1, nl do
-  redis.call('XADD', KEYS[2], '*', 'e', ARGV[6 + i])
+  redis.call('XADD', KEYS[2], '*', 'e', ARGV[8 + i])
+end
+local live = {}
+for j = 1, nlogs do
+  local a = lbase + 3 * (j - 1)
+  local key = KEYS[2 + nr + j]
+  live[key] = true
+  if ARGV[a + 1] == 'S' then
+    redis.call('SET', key, ARGV[a + 3])
+  elseif #ARGV[a + 3] > 0 then
+    redis.call('APPEND', key, ARGV[a + 3])
+  end
+end
+local old = redis.call('HGET', KEYS[1], 'logs')
+if old then
+  for _, entry in pairs(cjson.decode(old)) do
+    if not live[entry['key']] then
+      redis.call('DEL', entry['key'])
+    end
+  end
 end
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
-redis.call('HSET', KEYS[1], 'state', ARGV[2], 'offsets', ARGV[3], 'pending', ARGV[4], 'info', ARGV[5])
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'offsets', ARGV[3], 'pending', ARGV[4], 'info', ARGV[5],
+           'logs', ARGV[8])
 return v
 """
 
@@ -90,10 +122,28 @@ end
 return 0
 """
 
-# KEYS: 1 checkpoint hash ; ARGV: 1 new owner
+# KEYS: 1 checkpoint hash ; ARGV: 1 new owner. Returns version, state, offsets, pending, then name, bytes per
+# append log of the manifest (each read to its recorded length)
 CLAIM_LUA = """
 redis.call('HSET', KEYS[1], 'owner', ARGV[1])
-return redis.call('HMGET', KEYS[1], 'version', 'state', 'offsets', 'pending')
+local out = redis.call('HMGET', KEYS[1], 'version', 'state', 'offsets', 'pending', 'logs')
+local manifest = out[5]
+out[5] = nil
+if manifest then
+  for name, entry in pairs(cjson.decode(manifest)) do
+    local n = tonumber(entry['len'])
+    local data = ''
+    if n > 0 then
+      data = redis.call('GETRANGE', entry['key'], 0, n - 1)
+    end
+    if #data ~= n then
+      return redis.error_reply('LOGMISSING append log ' .. entry['key'] .. ' holds ' .. #data .. ' of ' .. n .. ' bytes')
+    end
+    table.insert(out, name)
+    table.insert(out, data)
+  end
+end
+return out
 """
 
 
@@ -103,6 +153,10 @@ class Fenced(RuntimeError):
 
 class CheckpointConflict(RuntimeError):
     """The release log holds a different record for a key being checkpointed (should never happen)."""
+
+
+class _LogMismatch(Exception):
+    """An append log in Redis is not the length this writer last wrote (an earlier call's outcome was unknown)."""
 
 
 @dataclass
@@ -144,7 +198,11 @@ class RedisCheckpoint:
         self.ledger_key = store._ledger_key  # the store's ledger stream (same layout as append_ledger)
         self.owner: str | None = None
         self.version = 0
-        self.last_bytes = 0
+        self.last_bytes = 0  # the state's size (append logs in full)
+        self.last_written = 0  # bytes of state and append-log data the last checkpoint sent
+        # append log name → the bytes Redis holds for it as far as this writer knows (what it last wrote or read);
+        # cleared whenever a call's outcome is unknown, so the next checkpoint writes the logs whole
+        self._logs: dict[str, bytes] = {}
         self._scripts: dict[str, object] = {}
 
     def _script(self, name: str, src: str):
@@ -164,6 +222,8 @@ class RedisCheckpoint:
                 raise Fenced(msg) from None
             if msg.startswith("CONFLICT"):
                 raise CheckpointConflict(msg) from None
+            if msg.startswith("LOGMISMATCH"):
+                raise _LogMismatch(msg) from None
             raise StoreError(f"checkpoint failed: {msg}") from e
         except redis.exceptions.RedisError as e:
             raise StoreError(f"checkpoint store unreachable: {e}") from e
@@ -171,30 +231,63 @@ class RedisCheckpoint:
     def claim(self, worker_id: str) -> Checkpoint:
         """Become the owner (fencing out any previous one) and read the latest checkpoint."""
         token = f"{worker_id}:{uuid.uuid4().hex[:12]}"
+        self._logs = {}
         res = self._call(lambda: self._script("claim", CLAIM_LUA)(keys=[self.key], args=[token]))
-        version, state, offsets, pending = res
+        version, state, offsets, pending = res[:4]
+        logs = {bytes(res[i]).decode(): bytes(res[i + 1]) for i in range(4, len(res), 2)}
         self.owner = token
         self.version = int(version or 0)
         st = state_codec.decode(bytes(state)) if state else None
-        if st is not None and st.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"unsupported checkpoint format {st.get('format')!r} in {self.key}")
+        if st is not None:
+            if st.get("format") not in (1, CHECKPOINT_FORMAT):
+                raise ValueError(f"unsupported checkpoint format {st.get('format')!r} in {self.key}")
+            st = join_logs(st, logs)
+            self._logs = logs
         offs = {int(k): int(v) for k, v in json.loads(offsets).items()} if offsets else {}
         return Checkpoint(self.version, st, offs, decode_pending(pending))
 
     def write(self, state: dict, offsets: dict[int, int], pending: list[PendingRecord],
               releases: dict[str, bytes], ledger: list[dict], info: dict) -> int:
-        """The atomic checkpoint (see module doc). Returns the new version."""
-        state = dict(state, format=CHECKPOINT_FORMAT)
+        """The atomic checkpoint (see module doc). The :class:`~streamdp.engine.append_log.AppendLog` s in
+        ``state`` go to keys of their own, appended to where they extend what this writer last wrote. Returns the
+        new version."""
+        base, logs = split_logs(dict(state, format=CHECKPOINT_FORMAT))
+        blob = state_codec.encode(base)
+        self.last_bytes = len(blob) + sum(len(b) for b in logs.values())
+        try:
+            return self._write(blob, logs, offsets, pending, releases, ledger, info)
+        except _LogMismatch:  # a lost reply left Redis ahead of what this writer knew: write the logs whole
+            self._logs = {}
+            return self._write(blob, logs, offsets, pending, releases, ledger, info)
+
+    def _write(self, blob: bytes, logs: dict[str, bytes], offsets, pending, releases, ledger, info) -> int:
         rel_keys = list(releases)
-        keys = [self.key, self.ledger_key] + [self.store._release_key(k) for k in rel_keys]
+        names = sorted(logs)
+        log_keys = [f"{self.key}:log:{n}" for n in names]
+        keys = [self.key, self.ledger_key] + [self.store._release_key(k) for k in rel_keys] + log_keys
         ledger_js = [ledger_entry_json(e) for e in ledger]
-        blob = state_codec.encode(state)
-        self.last_bytes = len(blob)
+        log_args: list = []
+        sent = len(blob)
+        for n in names:
+            new, old = logs[n], self._logs.get(n)
+            if old is not None and new.startswith(old):
+                log_args += ["A", str(len(old)), new[len(old):]]
+                sent += len(new) - len(old)
+            else:
+                log_args += ["S", "0", new]
+                sent += len(new)
+        manifest = json.dumps({n: {"key": k, "len": len(logs[n])} for n, k in zip(names, log_keys)})
         args = [self.owner or "", blob,
                 json.dumps({str(p): int(o) for p, o in sorted(offsets.items())}), encode_pending(pending),
-                json.dumps(dict(info, time=time.time())), str(len(ledger_js)), *ledger_js,
-                *[releases[k] for k in rel_keys]]
-        v = self._call(lambda: self._script("ckpt", CHECKPOINT_LUA)(keys=keys, args=args))
+                json.dumps(dict(info, time=time.time())), str(len(ledger_js)), str(len(rel_keys)), manifest,
+                *ledger_js, *[releases[k] for k in rel_keys], *log_args]
+        try:
+            v = self._call(lambda: self._script("ckpt", CHECKPOINT_LUA)(keys=keys, args=args))
+        except BaseException:
+            self._logs = {}  # the outcome is unknown (or nothing was written): no appends until we know again
+            raise
+        self._logs = {n: logs[n] for n in names}  # immutable bytes: kept, not copied
+        self.last_written = sent
         self.version = int(v)
         return self.version
 

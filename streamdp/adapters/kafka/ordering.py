@@ -22,11 +22,14 @@ within ``allowed_lateness`` (then no event is late, whatever the timing) and no 
 from __future__ import annotations
 
 import math
+import struct
 import time
 
 import numpy as np
 import orjson
 
+from streamdp.engine import state_codec
+from streamdp.engine.append_log import AppendLog
 from streamdp.engine.engine import ReleaseEngine, WindowSummary
 from streamdp.input.events import EventBatch
 
@@ -191,6 +194,9 @@ class CanonicalStage:
         self.wm = PartitionWatermarks(c.allowed_lateness, c.idle_timeout)
         self.held: dict[int, dict[int, list[EventBatch]]] = {}
         self.held_events = 0
+        # (window, partition) → the encoded frames of its first held batches (see state(): append logs)
+        self._frames: dict[tuple[int, int], list[bytes]] = {}
+        self._framed: dict[tuple[int, int], int] = {}  # … and how many held batches they cover
 
     # ---- arrival -------------------------------------------------------------------------------------------
     def _reject(self, reason: str, k: int) -> None:
@@ -264,18 +270,60 @@ class CanonicalStage:
                 if rej:  # cannot happen: the window is open and its events lie before its end
                     raise AssertionError(f"engine rejected held events of window {t}: {rej[:3]}")
                 self.held_events -= len(b)
-            self.held.pop(t, None)
+            for p in self.held.pop(t, {}):
+                self._frames.pop((t, p), None)
+                self._framed.pop((t, p), None)
             out.extend(eng.close_due(now))
         return out
 
     # ---- state ---------------------------------------------------------------------------------------------
     def state(self) -> dict:
-        held = {str(t): {str(p): batch_state(concat_batches(bs, codes=False)) for p, bs in parts.items()}
-                for t, parts in self.held.items()}
+        """Watermarks and held events. Each (window, partition)'s held batches are one
+        :class:`~streamdp.engine.append_log.AppendLog` of length-prefixed encoded batches: batches only ever join
+        the end of their list until the window closes, so a checkpoint appends the new arrivals (and drops the logs
+        of closed windows) instead of rewriting every held event. Each batch is encoded once."""
+        held: dict[str, dict[str, AppendLog]] = {}
+        for t, parts in self.held.items():
+            held[str(t)] = {}
+            for p, bs in parts.items():
+                frames = self._frames.setdefault((t, p), [])
+                done = self._framed.get((t, p), 0)
+                for b in bs[done:]:
+                    blob = state_codec.encode(batch_state(b))
+                    frames.append(_FRAME.pack(len(blob)) + blob)
+                self._framed[(t, p)] = len(bs)
+                if len(frames) > 1:
+                    frames[:] = [b"".join(frames)]
+                held[str(t)][str(p)] = AppendLog(frames[0] if frames else b"")
         return {"wm": self.wm.state(), "held": held}
 
     def load_state(self, d: dict, now: float | None = None) -> None:
         self.wm.load_state(d["wm"], now)
-        self.held = {int(t): {int(p): [batch_from_state(b)] for p, b in parts.items()}
-                     for t, parts in d["held"].items()}
+        self.held, self._frames, self._framed = {}, {}, {}
+        for t, parts in d["held"].items():
+            for p, blob in parts.items():
+                key = (int(t), int(p))
+                if isinstance(blob, dict):  # checkpoint format 1: one batch_state per (window, partition)
+                    bs = [batch_from_state(blob)]
+                else:
+                    bs = _unframe(bytes(blob))
+                    self._frames[key], self._framed[key] = [bytes(blob)], len(bs)
+                self.held.setdefault(key[0], {})[key[1]] = bs
         self.held_events = sum(len(b) for parts in self.held.values() for bs in parts.values() for b in bs)
+
+
+_FRAME = struct.Struct("<Q")
+
+
+def _unframe(blob: bytes) -> list[EventBatch]:
+    out, at = [], 0
+    while at < len(blob):
+        if at + _FRAME.size > len(blob):
+            raise ValueError("held-events log ends inside a frame header")
+        (n,) = _FRAME.unpack_from(blob, at)
+        at += _FRAME.size
+        if at + n > len(blob):
+            raise ValueError("held-events log ends inside a frame")
+        out.append(batch_from_state(state_codec.decode(blob[at:at + n])))
+        at += n
+    return out

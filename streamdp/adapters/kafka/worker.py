@@ -497,7 +497,11 @@ class KafkaWorker:
         engine = ReleaseEngine(self.cfg.engine_config(), self.cfg.build_queries(), self.dstore)
         stage = CanonicalStage(engine)
         if ck.state is not None:
-            engine.restore(ck.state["engine"])
+            eng_state = ck.state["engine"]
+            if isinstance(eng_state, (bytes, bytearray)):  # checkpoint format 1: the engine snapshot's bytes
+                engine.restore(eng_state)
+            else:
+                engine.restore_tree(eng_state)
             stage.load_state(ck.state["stage"])
             engine.rng.bit_generator.state = ck.state["rng"]
         stage.wm.register(self.input_partitions if self.coordinator else self.owned)
@@ -662,7 +666,8 @@ class KafkaWorker:
         releases, ledger = self.dstore.take()
         if not self.test_mode:
             eng.rng = secure_generator()  # a fresh key per checkpoint interval (see checkpoint.py)
-        state = {"engine": eng.snapshot(), "stage": self.stage.state(), "rng": eng.rng.bit_generator.state}
+        # the engine as a tree: its append logs (names, bounder commit logs) are appended to, not rewritten
+        state = {"engine": eng.state_tree(), "stage": self.stage.state(), "rng": eng.rng.bit_generator.state}
         if self.coordinator:
             state["source"] = {str(p): o for p, o in self.src_offsets.items()}
         return self.ckpt.write(state, self.offsets, records, releases, ledger, info)
