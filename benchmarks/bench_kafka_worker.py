@@ -426,6 +426,7 @@ def main() -> None:
         ("window close → published, median s", f"{statistics.median(lat):.3f}"),
         ("window close → published, max s", f"{max(lat):.3f}"),
         ("checkpoints written / last state bytes", f"{w['checkpoints']:.0f} / {w['ckpt_bytes']:,.0f}"),
+        ("last checkpoint: bytes sent (append logs: only what is new)", f"{w['ckpt_written']:,.0f}"),
         ("checkpoint time, s in all (snapshot + encode + Lua call)", f"{w['ckpt_seconds']:.3f}"),
         ("worker run CPU s: python / tansu / redis-server (median run)", "/".join(f"{x:.2f}" for x in w["cpu"])),
         ("worker run wall s incl. start and final checkpoint", f"{w['wall']:.2f}"),

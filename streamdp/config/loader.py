@@ -71,7 +71,7 @@ KAFKA_PARAMS = (
           min=1024),
     Param("max_partition_fetch_bytes", "int", "max bytes per partition in one fetch response",
           default=1024 * 1024, min=1024),
-    Param("prefetch_batches", "int", "fetched and parsed batches queued ahead of the processor", default=4,
+    Param("prefetch_batches", "int", "fetched and parsed batches queued ahead of the processor", default=8,
           min=1),
     Param("step_max_records", "int", "one processing step takes queued fetched batches up to this many records "
           "(steps grow only when the worker is behind)", default=20000, min=1),

@@ -82,7 +82,7 @@ def test_fetch_settings_pass_from_config_to_worker_options():
             o.step_max_records, o.lean_fetch) == (32768, 8192, 2, 400, 800, False)
     d = WorkerOptions.from_config(kafka_section())
     assert (d.fetch_max_bytes, d.max_partition_fetch_bytes, d.prefetch_batches, d.step_max_records,
-            d.lean_fetch) == (1 << 20, 1 << 20, 4, 20000, True)
+            d.lean_fetch) == (1 << 20, 1 << 20, 8, 20000, True)
     with pytest.raises(ConfigError, match=r"kafka\.step_max_records"):
         kafka_section(step_max_records=0)
     with pytest.raises(ConfigError, match=r"kafka\.lean_fetch"):
