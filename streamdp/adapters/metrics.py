@@ -42,6 +42,8 @@ class WorkerMetrics:
         self.checkpoint_bytes = Gauge("streamdp_checkpoint_bytes", "size of the last checkpoint state", registry=r)
         self.recoveries = Counter("streamdp_recoveries", "restores from the checkpoint after a failure", registry=r)
         self.held_events = Gauge("streamdp_held_events", "events held in open windows", registry=r)
+        self.paused_partitions = Gauge("streamdp_paused_partitions",
+                                       "input partitions paused for running ahead in event time", registry=r)
         self.watermark = Gauge("streamdp_watermark_seconds", "event-time watermark", registry=r)
         self.last_window = Gauge("streamdp_last_closed_window", "sequence number of the last closed window",
                                  registry=r)

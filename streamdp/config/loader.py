@@ -75,6 +75,9 @@ KAFKA_PARAMS = (
           min=1),
     Param("step_max_records", "int", "one processing step takes queued fetched batches up to this many records "
           "(steps grow only when the worker is behind)", default=20000, min=1),
+    Param("max_partition_skew_seconds", "float", "pause input partitions whose events run this many seconds of "
+          "event time ahead of the others (bounds held events; default two windows, 0 = off)", default=None,
+          min=0),
     Param("lean_fetch", "bool", "read fetched records as runs per record batch, not aiokafka ConsumerRecords "
           "(faster; falls back by itself where it cannot install)", default=True),
     Param("metrics_port", "int", "Prometheus metrics port (0 = off)", default=0, min=0, max=65535),

@@ -77,9 +77,9 @@ def test_fetch_settings_pass_from_config_to_worker_options():
 
     o = WorkerOptions.from_config(kafka_section(fetch_max_bytes=32768, max_partition_fetch_bytes=8192,
                                                 prefetch_batches=2, batch_max_records=400, step_max_records=800,
-                                                lean_fetch=False))
+                                                lean_fetch=False, max_partition_skew_seconds=0.0))
     assert (o.fetch_max_bytes, o.max_partition_fetch_bytes, o.prefetch_batches, o.batch_max_records,
-            o.step_max_records, o.lean_fetch) == (32768, 8192, 2, 400, 800, False)
+            o.step_max_records, o.lean_fetch, o.max_partition_skew_seconds) == (32768, 8192, 2, 400, 800, False, 0.0)
     d = WorkerOptions.from_config(kafka_section())
     assert (d.fetch_max_bytes, d.max_partition_fetch_bytes, d.prefetch_batches, d.step_max_records,
             d.lean_fetch) == (1 << 20, 1 << 20, 8, 20000, True)
@@ -87,6 +87,9 @@ def test_fetch_settings_pass_from_config_to_worker_options():
         kafka_section(step_max_records=0)
     with pytest.raises(ConfigError, match=r"kafka\.lean_fetch"):
         kafka_section(lean_fetch="yes")
+    with pytest.raises(ConfigError, match=r"kafka\.max_partition_skew_seconds"):
+        kafka_section(max_partition_skew_seconds=-1.0)
+    assert d.max_partition_skew_seconds is None  # the worker takes two windows
     with pytest.raises(ConfigError, match=r"kafka\.fetch_max_bytes"):
         kafka_section(fetch_max_bytes=10)
     with pytest.raises(ConfigError, match=r"kafka\.prefetch_batches"):

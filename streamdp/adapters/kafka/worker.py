@@ -54,6 +54,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import orjson
 
+from streamdp.adapters.kafka.alignment import PartitionAlignment
 from streamdp.adapters.kafka.assignor import SingleOwnerAssignor
 from streamdp.adapters.kafka.checkpoint import (Checkpoint, DeferredReleaseLog, Fenced, PendingRecord,
                                                 RedisCheckpoint)
@@ -110,6 +111,9 @@ class WorkerOptions:
     # read fetched records as runs of (offsets, values) per record batch instead of aiokafka ConsumerRecords
     # (lean_fetch.py; the input topic only — the coordinator's forward records are few and large)
     lean_fetch: bool = True
+    # watermark alignment (alignment.py): pause input partitions whose fetched events run more than this many
+    # seconds of event time ahead of the others (None: two windows; 0: off). Role "all" only.
+    max_partition_skew_seconds: float | None = None
 
     @classmethod
     def from_config(cls, kafka: dict, **over) -> "WorkerOptions":
@@ -117,7 +121,7 @@ class WorkerOptions:
                 dead_letter_topic=kafka["dead_letter_topic"], group_id=kafka["group_id"],
                 partitions=kafka["partitions"], batch_max_records=kafka["batch_max_records"])
         for k in ("fetch_max_bytes", "max_partition_fetch_bytes", "prefetch_batches", "step_max_records",
-                  "lean_fetch"):
+                  "lean_fetch", "max_partition_skew_seconds"):
             if k in kafka:
                 setattr(o, k, kafka[k])
         o.internal_topic = forward_topic(kafka)
@@ -267,6 +271,10 @@ class KafkaWorker:
         self.consumer = None
         self.producer = None
         self.lean = False  # the lean fetch is installed in the consumer
+        skew = opts.max_partition_skew_seconds
+        if skew is None:
+            skew = 2.0 * float(cfg.service["window_seconds"])
+        self.align = PartitionAlignment(skew) if skew > 0 and not self.coordinator else None
         self._assignor = SingleOwnerAssignor()
         self._batches_since = 0
         self._last_ckpt = time.monotonic()
@@ -361,6 +369,7 @@ class KafkaWorker:
                             await self._safe(self._checkpoint_and_publish, [], now)
                 if (o.drain_idle is not None and self.engine is not None  # standbys wait for a hand-over
                         and queue.empty() and self._carry is None
+                        and not (self.align is not None and self.align.paused)  # paused input is not the end
                         and time.monotonic() - self._last_input >= o.drain_idle):
                     async with self.lock:
                         drained = self.engine is None or await self._safe(self._drain)
@@ -387,15 +396,44 @@ class KafkaWorker:
             # no await since getmany drained its buffers: these records follow the positions of this generation
             gen = self.generation
             if not any(batch.values()):
+                if self.align is not None:
+                    self._align([])  # idle partitions leave the frontier: the paused ones may resume
                 continue
             self._last_input = time.monotonic()
             if self.coordinator:
                 await queue.put(Fetched(gen, decode_fetched(batch, self.source_topic),
                                         sum(len(v) for v in batch.values())))
                 continue
-            for chunk in split_runs(batch, o.batch_max_records):  # lean runs: max_records counted runs
-                n = sum(record_count(v) for v in chunk.values())
-                await queue.put(Fetched(gen, parse_fetched(chunk, self.source_topic), n))
+            chunks = [parse_fetched(chunk, self.source_topic) for chunk in split_runs(batch, o.batch_max_records)]
+            if self.align is not None:
+                self._align(chunks)
+            for parts in chunks:  # lean runs: getmany's max_records counted runs, split_runs cut them back
+                await queue.put(Fetched(gen, parts, sum(part.offsets.size for part in parts)))
+
+    def _align(self, chunks: list[list[FetchedPartition]]) -> None:
+        """Watermark alignment (``alignment.py``): note the fetched event times, pause/resume partitions."""
+        from aiokafka import TopicPartition
+
+        now = time.monotonic()
+        for parts in chunks:
+            for part in parts:
+                ts = part.parsed.ts
+                self.align.observe(part.partition, float(ts.max()) if ts.size else -np.inf, now)
+        pause, resume = self.align.decide(now)
+        assigned = {tp.partition for tp in self.consumer.assignment() if tp.topic == self.source_topic}
+        if pause := [TopicPartition(self.source_topic, p) for p in pause if p in assigned]:
+            self.consumer.pause(*pause)
+        if resume := [TopicPartition(self.source_topic, p) for p in resume if p in assigned]:
+            self.consumer.resume(*resume)
+            self._last_input = now  # resumed input is coming: restart the drain-idle clock
+        self.metrics.paused_partitions.set(len(self.align.paused))
+
+    def _unpause_all(self) -> None:
+        if self.align is not None:
+            self.align.reset()
+            if self.consumer is not None and self.consumer.paused():
+                self.consumer.resume(*self.consumer.paused())
+            self.metrics.paused_partitions.set(0)
 
     async def _next_items(self, queue: asyncio.Queue) -> list[Fetched]:
         """The next fetched batch (waits up to ``poll_ms``) and those queued behind it, up to ``step_max_records``
@@ -459,6 +497,7 @@ class KafkaWorker:
     async def on_revoked(self, revoked) -> None:
         async with self.lock:
             self.generation += 1
+            self._unpause_all()
             if self.engine is not None:
                 await self._safe(self._final_checkpoint)
             self.engine = self.stage = None
@@ -531,6 +570,7 @@ class KafkaWorker:
         ``getmany``) are dropped by the processor and fetched again from these positions."""
         for tp, off in positions.items():
             self.consumer.seek(tp, int(off))
+        self._unpause_all()  # alignment restarts from the new positions
         self.generation += 1
         self._last_input = time.monotonic()  # the input is read again from here: restart the drain-idle clock
 
