@@ -292,7 +292,7 @@ class KafkaWorker:
             names = [o.input_topic, *self.topic_of.values(), o.dead_letter_topic]
             await ensure_topics(self.client_kw, names + ([o.internal_topic] if self.coordinator else []),
                                 o.partitions)
-        self.producer = AIOKafkaProducer(**self.client_kw, acks="all", linger_ms=5, enable_idempotence=False,
+        self.producer = AIOKafkaProducer(**self.client_kw, acks="all", linger_ms=0, enable_idempotence=False,
                                          max_request_size=o.max_request_bytes)
         await self.producer.start()
         self.consumer = AIOKafkaConsumer(
