@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import struct
 
+import aiokafka.errors as errors
 import numpy as np
 import pytest
+from aiokafka import TopicPartition
+from aiokafka.consumer import fetcher
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.record.util import calc_crc32c
 
-pytest.importorskip("aiokafka")
-
-import aiokafka.errors as errors  # noqa: E402
-from aiokafka import TopicPartition  # noqa: E402
-from aiokafka.consumer import fetcher  # noqa: E402
-from aiokafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
-from aiokafka.record.memory_records import MemoryRecords  # noqa: E402
-from aiokafka.record.util import calc_crc32c  # noqa: E402
-
-from streamdp.adapters.kafka.lean_fetch import (RecordRun, _lean_classes, install_lean_fetch,  # noqa: E402
-                                                offsets_and_values, record_count, split_runs)
+from streamdp.adapters.kafka.lean_fetch import (RecordRun, _lean_classes, install_lean_fetch, offsets_and_values,
+                                                record_count, split_runs)
 
 TP = TopicPartition("events", 3)
 GZIP, CONTROL = 0x01, 0x20
