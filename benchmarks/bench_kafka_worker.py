@@ -363,9 +363,9 @@ def main() -> None:
         t0 = time.perf_counter()
         asyncio.run(replay(payloads, topic, client_kwargs({"bootstrap": bootstrap}), partitions=args.partitions))
         t_prod = time.perf_counter() - t0
-        # the harness's own objects (N payloads) out of the collector's sight: Python's full collections walk every
-        # tracked object, and with 10⁶ payloads held they slowed raw getmany by 30–40 % (measured) — a cost of this
-        # harness, not of consuming, that would flatter the ratio
+        # the harness's own objects (N payloads) out of the collector's sight: Python's full collections walk
+        # every tracked object, and with 10⁶ payloads held they slowed raw getmany by 30–40 % (measured) — a cost
+        # of this harness, not of consuming, that would flatter the ratio
         gc.collect()
         gc.freeze()
         cfg = make_config(args, bootstrap, topic)

@@ -5,7 +5,6 @@ A missing server binary is a test failure, not a skip (DESIGN.md §5; CI sets ST
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess

@@ -34,7 +34,7 @@ from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
 from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
 from streamdp.filter.store import BudgetStore, StoreError
-from streamdp.input.events import DeadLetter, EventBatch
+from streamdp.input.events import EventBatch
 from streamdp.noise.generator import make_generator
 from streamdp.outputs.records import ReleaseRecord
 from streamdp.windows.tumbling import TumblingWindows

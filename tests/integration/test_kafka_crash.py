@@ -60,7 +60,8 @@ def test_sigkill_at_every_point_then_restart_equals_undisturbed_run(tansu, redis
     crash["kafka"]["input_topic"] = base["kafka"]["input_topic"]  # the same input, read by two groups
     # many small batches and small fetches (≈ 40 events per partition per fetch), so the partitions advance together
     # and windows close from the start: every scheduled crash lands mid-stream, whatever the broker's interleaving
-    crash["kafka"].update(batch_max_records=400, step_max_records=400, fetch_max_bytes=32 * 1024, max_partition_fetch_bytes=8 * 1024)
+    crash["kafka"].update(batch_max_records=400, step_max_records=400, fetch_max_bytes=32 * 1024,
+                          max_partition_fetch_bytes=8 * 1024)
     produce(tansu.bootstrap, base["kafka"]["input_topic"], events, PARTITIONS)
     url_base = redis_server.url.rsplit("/", 1)[0] + "/1"
     url_crash = redis_server.url.rsplit("/", 1)[0] + "/2"

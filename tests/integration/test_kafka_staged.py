@@ -55,7 +55,8 @@ def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, to
     st = service_config(topic_prefix + "st.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
     st["kafka"]["input_topic"] = one["kafka"]["input_topic"]  # the same input, read by both shapes
     st["kafka"]["internal_prefix"] = topic_prefix + "st.internal."
-    st["kafka"].update(batch_max_records=300, step_max_records=300, fetch_max_bytes=16 * 1024, max_partition_fetch_bytes=4 * 1024)
+    st["kafka"].update(batch_max_records=300, step_max_records=300, fetch_max_bytes=16 * 1024,
+                       max_partition_fetch_bytes=4 * 1024)
     produce(tansu.bootstrap, one["kafka"]["input_topic"], events, PARTITIONS)
     base = redis_server.url.rsplit("/", 1)[0]
     url_one, url_st = base + "/5", base + "/6"

@@ -137,7 +137,8 @@ if manifest then
       data = redis.call('GETRANGE', entry['key'], 0, n - 1)
     end
     if #data ~= n then
-      return redis.error_reply('LOGMISSING append log ' .. entry['key'] .. ' holds ' .. #data .. ' of ' .. n .. ' bytes')
+      return redis.error_reply('LOGMISSING append log ' .. entry['key'] .. ' holds ' .. #data .. ' of ' .. n
+                               .. ' bytes')
     end
     table.insert(out, name)
     table.insert(out, data)

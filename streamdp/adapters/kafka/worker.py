@@ -2,11 +2,12 @@
 
 The Kafka twin of :class:`streamdp.engine.pipeline.EmbeddedPipeline`, in two concurrent parts:
 
-* the **fetcher** (a task) calls aiokafka ``getmany`` — with the lean fetch (:mod:`~streamdp.adapters.kafka.lean_fetch`)
-  it returns one run of (offsets, values) per Kafka record batch, not a ``ConsumerRecord`` per record — cuts the
-  result into batches of at most ``batch_max_records`` and parses each at once — the payloads of all its
-  partitions in one :func:`parse_batch` call, split back per partition (:func:`parse_fetched`) — into a bounded
-  prefetch queue, so consuming and parsing go on while the processor waits for Redis;
+* the **fetcher** (a task) calls aiokafka ``getmany`` — with the lean fetch
+  (:mod:`~streamdp.adapters.kafka.lean_fetch`) it returns one run of (offsets, values) per Kafka record batch, not
+  a ``ConsumerRecord`` per record — cuts the result into batches of at most ``batch_max_records`` (pausing the
+  partitions that run ahead in event time, :mod:`~streamdp.adapters.kafka.alignment`) and parses each at once — the
+  payloads of all its partitions in one :func:`parse_batch` call, split back per partition (:func:`parse_fetched`)
+  — into a bounded prefetch queue, so consuming and parsing go on while the processor waits for Redis;
 * the **processor** takes the next batch (with those queued behind it, up to ``step_max_records`` records) and
   runs one step:
 
@@ -60,7 +61,7 @@ from streamdp.adapters.kafka.checkpoint import (Checkpoint, DeferredReleaseLog, 
                                                 RedisCheckpoint)
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import accept as accept_forward
-from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, offsets_and_values, record_count, split_runs
+from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, offsets_and_values, split_runs
 from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
 from streamdp.adapters.kafka.topics import (ensure_topics, forward_topic, output_topic, stop_clients, stop_on_signals,
                                            topic_partitions)
@@ -171,10 +172,11 @@ class Fetched:
 
 
 def parse_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
-    """Parse a ``getmany`` result (TopicPartition → records, or → :class:`RecordRun` s of the lean fetch) of ``topic``: the payloads of all partitions in ONE
-    :func:`parse_batch` call (bigger batches take the columnar fast path, and its per-batch name dictionaries
-    serve every partition), then split back per partition, in partition order. Each event's parse does not depend
-    on the batch it is parsed in, so this equals parsing partition by partition."""
+    """Parse a ``getmany`` result (TopicPartition → records, or → ``RecordRun`` s of the lean fetch) of ``topic``:
+    the payloads of all partitions in ONE :func:`parse_batch` call (bigger batches take the columnar fast path, and
+    its per-batch name dictionaries serve every partition), then split back per partition, in partition order.
+    Each event's parse does not depend on the batch it is parsed in, so this equals parsing partition by
+    partition."""
     tps = sorted((tp for tp, msgs in batch.items() if tp.topic == topic and msgs), key=lambda tp: tp.partition)
     if not tps:
         return []
