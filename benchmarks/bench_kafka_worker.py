@@ -96,6 +96,15 @@ def stop_servers(h) -> None:
     shutil.rmtree(rdir, ignore_errors=True)
 
 
+def quiet_gc() -> None:
+    """Everything alive before a measured run (the harness's N payloads, what earlier runs left) out of the
+    collector's sight: Python's full collections walk every tracked object, and held objects slowed raw getmany by
+    30–40 % at 10⁶ events, more in each later repeat (measured) — a cost of this harness, not of consuming, that
+    would flatter the ratio. Each run then pays only for its own objects."""
+    gc.collect()
+    gc.freeze()
+
+
 def cpu_seconds(pid: int | None = None) -> float:
     """User + system CPU seconds of a process (this one when ``pid`` is None; children not included)."""
     if pid is None:
@@ -363,18 +372,15 @@ def main() -> None:
         t0 = time.perf_counter()
         asyncio.run(replay(payloads, topic, client_kwargs({"bootstrap": bootstrap}), partitions=args.partitions))
         t_prod = time.perf_counter() - t0
-        # the harness's own objects (N payloads) out of the collector's sight: Python's full collections walk
-        # every tracked object, and with 10⁶ payloads held they slowed raw getmany by 30–40 % (measured) — a cost
-        # of this harness, not of consuming, that would flatter the ratio
-        gc.collect()
-        gc.freeze()
         cfg = make_config(args, bootstrap, topic)
         cpu = cpu_meter(h)
         for i in range(args.repeat):
+            quiet_gc()
             c0 = cpu()
             raw_steady, raw_total = asyncio.run(raw_consume(bootstrap, topic, n, args.batch))
             c1 = cpu()
             redis.Redis.from_url(store_url).flushdb()  # a fresh store: no checkpoint, no spent budget
+            quiet_gc()
             c2, t2 = cpu(), time.perf_counter()
             w = asyncio.run(worker_run(cfg, store_url, n, **over))
             c3, t3 = cpu(), time.perf_counter()
@@ -383,14 +389,17 @@ def main() -> None:
             if args.staged:
                 scfg = make_config(args, bootstrap, topic)
                 scfg.kafka["internal_prefix"] = f"bench.internal{i}."
+                quiet_gc()
                 w["ingest_eps"] = asyncio.run(ingest_run(scfg, n, f"bench-staged{i}"))
                 redis.Redis.from_url(store_url).flushdb()
+                quiet_gc()
                 c4 = cpu()
                 co = asyncio.run(worker_run(scfg, store_url, n, **over, role="coordinator"))
                 w["coord_eps"], w["coord_cpu"] = co["eps_steady"], [b - a for a, b in zip(c4, cpu())]
                 ccfg = make_config(args, bootstrap, topic)
                 ccfg.kafka["internal_prefix"] = f"bench.concurrent{i}."
                 redis.Redis.from_url(store_url).flushdb()
+                quiet_gc()
                 w["conc_eps"] = asyncio.run(staged_concurrent(args, ccfg, store_url, n, bootstrap, topic, str(i),
                                                               **over))
                 print(f"  staged: one ingest worker and the coordinator at once {w['conc_eps']:,.0f} events/s "
