@@ -153,6 +153,9 @@ class PartitionWatermarks:
         self.idle_timeout = idle_timeout
         self.max_ts: dict[int, float] = {}
         self._last_seen: dict[int, float] = {}
+        # partitions the worker has paused (watermark alignment): silent because paused, never idle — they keep
+        # holding the watermark, so their unread events cannot turn late while they wait (replaced, not mutated)
+        self.pinned: frozenset[int] = frozenset()
 
     def register(self, partitions, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -172,7 +175,8 @@ class PartitionWatermarks:
         parts = list(self.max_ts)
         if self.idle_timeout is not None and len(parts) > 1:
             now = time.monotonic() if now is None else now
-            active = [p for p in parts if now - self._last_seen.get(p, now) <= self.idle_timeout]
+            pinned = self.pinned
+            active = [p for p in parts if p in pinned or now - self._last_seen.get(p, now) <= self.idle_timeout]
             parts = active or parts
         return min(self.max_ts[p] for p in parts) - self.lateness
 

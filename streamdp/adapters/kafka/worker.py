@@ -419,8 +419,7 @@ class KafkaWorker:
         now = time.monotonic()
         for parts in chunks:
             for part in parts:
-                ts = part.parsed.ts
-                self.align.observe(part.partition, float(ts.max()) if ts.size else -np.inf, now)
+                self.align.observe(part.partition, part.parsed.ts, now)
         pause, resume = self.align.decide(now)
         assigned = {tp.partition for tp in self.consumer.assignment() if tp.topic == self.source_topic}
         if pause := [TopicPartition(self.source_topic, p) for p in pause if p in assigned]:
@@ -428,13 +427,20 @@ class KafkaWorker:
         if resume := [TopicPartition(self.source_topic, p) for p in resume if p in assigned]:
             self.consumer.resume(*resume)
             self._last_input = now  # resumed input is coming: restart the drain-idle clock
+        self._pin()
         self.metrics.paused_partitions.set(len(self.align.paused))
+
+    def _pin(self) -> None:
+        """Paused partitions keep holding the watermark: ``idle_timeout`` must not release them (alignment.py)."""
+        if self.stage is not None:
+            self.stage.wm.pinned = frozenset(self.align.paused) if self.align is not None else frozenset()
 
     def _unpause_all(self) -> None:
         if self.align is not None:
             self.align.reset()
             if self.consumer is not None and self.consumer.paused():
                 self.consumer.resume(*self.consumer.paused())
+            self._pin()
             self.metrics.paused_partitions.set(0)
 
     async def _next_items(self, queue: asyncio.Queue) -> list[Fetched]:
