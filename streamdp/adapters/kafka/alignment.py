@@ -8,10 +8,12 @@ pause (``consumer.pause``) and resume; memory and checkpoints then stay bounded 
 fetch) of events per partition. Releases do not change: the canonical stage makes them independent of the
 interleaving.
 
-No event turns late because of a pause. A paused partition keeps holding the watermark — its newest event time
+What a pause can and cannot make late. A paused partition keeps holding the watermark — its newest event time
 stays in the minimum, and the worker pins it so that ``idle_timeout`` does not release it
-(``PartitionWatermarks.pinned``) — so its unread events are judged exactly as they would be had it not been paused:
-late only if they lie more than the allowed lateness behind the newest event time of their own partition.
+(``PartitionWatermarks.pinned``) — so an unread event within the allowed lateness of its own partition's newest
+event time is never late, paused or not. An event further behind its own partition's newest time can be: had the
+partition not been paused, a slower partition might have held the watermark below it a while longer (such an
+event is late whenever its partition happens to be the slowest one, paused or not).
 
 Where a partition is: the 5 % quantile of the event times of its last :data:`RECENT` events delivered in the last
 ``idle`` seconds — recent consumption, not its newest event time, which one far-future outlier would move (and a pause on the strength of
