@@ -75,12 +75,11 @@ class PartitionAlignment:
         for p, q in self._recent.items():
             while q and now - q[0][0] >= self.idle:
                 q.popleft()
+            total = sum(t.size for _, t in q)
+            while len(q) > 1 and total - q[0][1].size >= RECENT:  # older deliveries no longer among the last RECENT
+                total -= q.popleft()[1].size
             if q:
-                ts = np.concatenate([t for _, t in q]) if len(q) > 1 else q[0][1]
-                ts = ts[-RECENT:]
-                if len(q) > 1:
-                    q.clear()
-                    q.append((now, ts))  # keep what counts (stamped now: expires one ``idle`` from here)
+                ts = (np.concatenate([t for _, t in q]) if len(q) > 1 else q[0][1])[-RECENT:]
                 out[p] = (float(np.percentile(ts, QUANTILE)), int(ts.size))
         return out
 
