@@ -67,7 +67,6 @@ def main() -> None:
     p /= p.sum()
     t_gen = time.perf_counter()
     ticks = []
-    truth_pairs = set()
     for t in range(L):
         users = g.integers(0, a.users, a.records)
         items = g.choice(a.keys, size=a.records, p=p)

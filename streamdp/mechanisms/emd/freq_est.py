@@ -129,7 +129,7 @@ class ClusteredKRR:
         if x.size and (x.min() < 0 or x.max() >= self.k):
             raise ValueError(f"items must lie in [0, {self.k})")
         n = x.size
-        c, g, k = self.c, self.g, self.k
+        c, g = self.c, self.g
         u = rng.random(n)
         p_same = self.p
         p_in = (g - 1) * self.q
