@@ -445,6 +445,11 @@ def main() -> None:
         ("checkpoint time, s in all (snapshot + encode + Lua call)", f"{w['ckpt_seconds']:.3f}"),
         ("worker run CPU s: python / tansu / redis-server (median run)", "/".join(f"{x:.2f}" for x in w["cpu"])),
         ("worker run wall s incl. start and final checkpoint", f"{w['wall']:.2f}"),
+        # the machine-independent side of the ratio: this process's CPU per event (all its threads), whole runs
+        ("python CPU µs/event incl. start: raw getmany, median", f"{1e6 * med(r[3][0] for r in runs) / n:.2f}"),
+        ("python CPU µs/event incl. start: worker, median", f"{1e6 * med(r[2]['cpu'][0] for r in runs) / n:.2f}"),
+        ("CPU ratio raw / worker per event, median",
+         f"{med(r[3][0] / r[2]['cpu'][0] for r in runs):.2f}"),
     ]
     if args.staged:
         ing = med(r[2]["ingest_eps"] for r in runs)
