@@ -133,12 +133,47 @@ def test_shift_coefficient_known_answer(g, l, w):
     assert outer == pytest.approx(inner, rel=1e-9)  # the defining equation of App. B
 
 
+@pytest.mark.parametrize(
+    "g,l,w,a_hand",
+    [
+        # l, w > 2γ: a solves 2γa² − (l+w)a + 2γ = 0; γ = 2, l + w = 17: √(17² − 64) = 15, a = (17 − 15)/8 = 1/4
+        (2.0, 8.5, 8.5, 0.25),
+        (2.0, 10.0, 7.0, 0.25),
+        # γ = 1, l + w = 5: √(25 − 16) = 3, a = (5 − 3)/4 = 1/2
+        (1.0, 2.5, 2.5, 0.5),
+        # 2γ ≥ l: 4γ²(1−a)² + 2γ(l+w)(1−a) = lw; γ = 5, l = 4, w = 6: 100(1−a)² + 100(1−a) = 24 ⇒ 1 − a = 1/5
+        (5.0, 4.0, 6.0, 0.8),
+        # only one side ≤ 2γ (still the second case): γ = 5, l = 4, w = 21: 100(1−a)² + 250(1−a) = 84 ⇒ 1 − a = 3/10
+        (5.0, 4.0, 21.0, 0.7),
+        (5.0, 21.0, 4.0, 0.7),
+        # γ = 1/2, l = w = 1: (1−a)² + 2(1−a) = 1 ⇒ 1 − a = √2 − 1, a = 2 − √2
+        (0.5, 1.0, 1.0, 2.0 - math.sqrt(2.0)),
+    ],
+)
+def test_shift_coefficient_hand_values(g, l, w, a_hand):
+    assert shift_coefficient(g, l, w) == pytest.approx(a_hand, rel=1e-12)
+
+
+def _paper_eta(gamma, l, w):
+    """η(γ) of 000 App. B, the final case display, literally (no a(γ) in between):
+    l, w > 2γ: −(4γ(l+w) − 4γ√((l+w)² − 16γ²))/(16γ);  else: −(8γ² + 2γ(l+w) − 2γ√((l+w)² + 4lw))/(8γ)."""
+    if l > 2 * gamma and w > 2 * gamma:
+        return -(4 * gamma * (l + w) - 4 * gamma * math.sqrt((l + w) ** 2 - 16 * gamma**2)) / (16 * gamma)
+    return -(8 * gamma**2 + 2 * gamma * (l + w) - 2 * gamma * math.sqrt((l + w) ** 2 + 4 * l * w)) / (8 * gamma)
+
+
 def test_eta_threshold_known_answer():
-    rho = np.array([1e-4, 1e-2, 1.0])
-    g = 1 / np.sqrt(2 * rho)
-    expected = -np.array([shift_coefficient(x, 500, 300) for x in g]) * g
-    np.testing.assert_allclose(eta_threshold(rho, 500.0, 300.0), expected)
-    assert np.all(eta_threshold(rho, 500.0, 300.0) <= 0)
+    """η_i = η(1/√(2ρ_i)) (000 App. B, last paragraph: γ = the std of the Gaussian noise Z/√(2ρ_i) on Proj_Γ)."""
+    # hand values: ρ = 1/8 ⇒ γ = 2, l = w = 8.5 ⇒ a = 1/4, η = −1/2;  ρ = 1/50 ⇒ γ = 5, (l, w) = (4, 6) ⇒ a = 4/5, η = −4
+    assert eta_threshold(1 / 8, 8.5, 8.5) == pytest.approx(-0.5, rel=1e-12)
+    assert eta_threshold(1 / 50, 4.0, 6.0) == pytest.approx(-4.0, rel=1e-12)
+    assert eta_threshold(1 / 50, 4.0, 21.0) == pytest.approx(-3.5, rel=1e-12)  # a = 7/10 (one side ≤ 2γ)
+    # vectorised, both branches (γ = 1/√(2ρ) ≈ 707 > 150 = w/2 for ρ = 1e-6): the paper's display, written out
+    rho = np.array([1e-6, 1e-4, 1e-2, 1.0])
+    expected = np.array([_paper_eta(1 / math.sqrt(2 * r), 500.0, 300.0) for r in rho])
+    got = eta_threshold(rho, 500.0, 300.0)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert np.all(got <= 0)
 
 
 # --------------------------------------------------------------------------------------- mechanisms

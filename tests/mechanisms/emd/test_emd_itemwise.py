@@ -60,18 +60,85 @@ def test_linear_form_upper_bounds_fmt_form():
                     assert fmt <= 4 * a0 * d * c + 1e-15
 
 
+def _ref_shuffle_alpha(a0, m, delta, model, n=None):
+    """notes/004.md item 2 (004 Thm 4.3–4.4, FMT22 form), written out per model; inf outside the validity range
+    α0 ≤ log(N/(16 log(2/δ))), N = m (local) or n·m (central)."""
+    n_sh = m if model == "local" else n * m
+    if a0 > math.log(n_sh / (16 * math.log(2 / delta))):
+        return math.inf
+    e = math.exp(a0)
+    if model == "local":
+        return 4 * a0 * (math.sqrt(m * e * math.log(4 / delta)) + e)
+    return 4 * a0 * (math.sqrt(m * e * math.log(4 / delta) / n) + e / n)
+
+
+def _ref_calibration(alpha, m, delta, model, n=None):
+    """Reference α0: composition α0 = α/m (α = m·α0, 004 §4.2); shuffle α0 by plain bisection of
+    _ref_shuffle_alpha(α0) = α at the per-step δ_step = δ/Σ_{j=0}^{m−1} e^{jα/m} (group-privacy chain over the m
+    single-item changes; the paper's δ term is lost, see itemwise.py docstring); the larger α0 wins."""
+    comp = alpha / m
+    if delta == 0:
+        return "composition", comp, 0.0
+    d_step = delta / sum(math.exp(j * alpha / m) for j in range(m))
+    n_sh = m if model == "local" else n * m
+    lim = math.log(n_sh / (16 * math.log(2 / d_step)))
+    if lim <= 0:
+        return "composition", comp, 0.0
+    if _ref_shuffle_alpha(lim, m, d_step, model, n) <= alpha:
+        a0 = lim
+    else:
+        lo, hi = 0.0, lim
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if _ref_shuffle_alpha(mid, m, d_step, model, n) <= alpha else (lo, mid)
+        a0 = lo
+    return ("shuffle", a0, d_step) if a0 > comp else ("composition", comp, 0.0)
+
+
 def test_calibration_picks_larger_alpha0_and_meets_target():
-    # central, large N: shuffle wins
+    # central, large N: shuffle wins. δ_step = 1e-7/Σ_{j<20} e^{j/20} = 1e-7·(e^{0.05} − 1)/(e − 1) ≈ 2.98386e-9
     g = calibrate_alpha0(1.0, 20, 1e-7, "central", 5000)
     assert g.bound == "shuffle" and g.alpha0 > 1.0 / 20
     assert g.alpha <= 1.0 + 1e-9 and g.delta <= 1e-7 * (1 + 1e-9)
-    assert shuffle_alpha(g.alpha0, 20, g.delta_step, "central", 5000) == pytest.approx(1.0, rel=1e-6)
-    assert g.delta_step == pytest.approx(1e-7 / group_delta_factor(1.0, 20))
-    # δ = 0 or small N: composition
-    assert calibrate_alpha0(1.0, 20, 0.0) == calibrate_alpha0(1.0, 20, 0.0)
+    assert g.delta_step == pytest.approx(1e-7 * math.expm1(0.05) / math.expm1(1.0), rel=1e-12)
+    assert g.delta_step == pytest.approx(2.983858e-9, rel=1e-6)
+    bound, a0_ref, d_ref = _ref_calibration(1.0, 20, 1e-7, "central", 5000)
+    assert bound == "shuffle" and g.delta_step == pytest.approx(d_ref, rel=1e-12)
+    assert g.alpha0 == pytest.approx(a0_ref, rel=1e-9)
+    assert g.alpha0 == pytest.approx(0.6289836, rel=1e-6)  # the reference root, recorded
+    # at the root the bound, written out, is the target α = 1 ...
+    e = math.exp(g.alpha0)
+    assert 4 * g.alpha0 * (math.sqrt(20 * e * math.log(4 / d_ref) / 5000) + e / 5000) == pytest.approx(1.0, rel=1e-9)
+    # ... and δ_total = δ_step·Σ_{j<20} e^{jα/20} with the achieved α
+    assert g.delta == pytest.approx(d_ref * sum(math.exp(j * g.alpha / 20) for j in range(20)), rel=1e-9)
+
+    # δ = 0: composition only, α0 = α/m (closed form): 1/20, and 3/4
+    for alpha, m, a0 in ((1.0, 20, 0.05), (3.0, 4, 0.75)):
+        c0 = calibrate_alpha0(alpha, m, 0.0)
+        assert c0.bound == "composition" and c0.alpha0 == pytest.approx(a0, rel=1e-15)
+        assert c0.alpha == pytest.approx(alpha, rel=1e-15) and c0.delta == 0.0
+
+    # local, m = 20: N = 20 < 16 log(2/δ_step) ≈ 325, the shuffle bound never applies ⇒ composition, α0 = 1/20
     c = calibrate_alpha0(1.0, 20, 1e-7, "local")
     assert c.bound == "composition" and c.alpha0 == pytest.approx(0.05) and c.delta == 0
+    assert _ref_calibration(1.0, 20, 1e-7, "local")[0] == "composition"
     assert c.cost() == Cost.emd(c.alpha, 0.0)
+
+    # central, n = 18: the shuffle bound applies (limit ≈ 0.10 > 0) but at α0 = 1/20 it gives α ≈ 1.0026 > 1, so
+    # its root is below 1/20 and composition (the larger α0) must win
+    assert _ref_shuffle_alpha(0.05, 20, 1e-7 * math.expm1(0.05) / math.expm1(1.0), "central", 18) > 1.0
+    c18 = calibrate_alpha0(1.0, 20, 1e-7, "central", 18)
+    assert _ref_calibration(1.0, 20, 1e-7, "central", 18)[0] == "composition"
+    assert c18.bound == "composition" and c18.alpha0 == pytest.approx(0.05) and c18.delta == 0
+    # n = 19: now the shuffle root just exceeds 1/20
+    ref19 = _ref_calibration(1.0, 20, 1e-7, "central", 19)
+    c19 = calibrate_alpha0(1.0, 20, 1e-7, "central", 19)
+    assert ref19[0] == "shuffle" and ref19[1] > 0.05
+    assert c19.bound == "shuffle" and c19.alpha0 == pytest.approx(ref19[1], rel=1e-9)
+    # local, m = 5000, α = 2, δ = 1e-6: shuffle root vs composition 2/5000
+    ref_l = _ref_calibration(2.0, 5000, 1e-6, "local")
+    cl = calibrate_alpha0(2.0, 5000, 1e-6, "local")
+    assert ref_l[0] == "shuffle" and cl.bound == "shuffle" and cl.alpha0 == pytest.approx(ref_l[1], rel=1e-9)
     with pytest.raises(ValueError, match="n_users"):
         calibrate_alpha0(1.0, 20, 1e-7, "central")
 

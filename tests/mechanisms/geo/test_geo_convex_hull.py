@@ -64,11 +64,51 @@ def test_known_answers_k_and_cost():
     assert choose_k(1.0, rho, n, beta) == 16
     assert choose_k(1e9, rho, n, beta) == 128
     assert pch_cost(0.3) == Cost.cgp(0.3)
-    # budget split of Alg. 4 (ρ0 = ρ_A/20; 2ρ0/3 centre, ρ0/3 radius, k·ρ1 PNN) + anchors sums to ρ
-    rho, share, k = 1.0, 0.5, 20
+
+
+@pytest.mark.parametrize(
+    "rho,share,k,eps_hand",
+    [
+        # ρ_A = 0.5, ρ0 = 0.025, ρ1 = 0.475/19 = 0.025, ε = √(2·0.025) = √0.05
+        (1.0, 0.5, 19, math.sqrt(0.05)),
+        # ρ_A = 0.6, ρ0 = 0.03, ρ1 = 0.57/16 = 0.035625, ε = √0.07125
+        (0.8, 0.25, 16, math.sqrt(0.07125)),
+    ],
+)
+def test_pch_pnn_and_anchor_budget_match_alg4(monkeypatch, rho, share, k, eps_hand):
+    """The budget the code actually hands to PNN and to the anchor release, worked out by hand from 003:
+    the anchor release keeps share·ρ ("Finding the convex hull privately": run Alg. 4 with, say, half the budget,
+    privatise x_A with the other half); Alg. 4 runs on ρ_A = (1 − share)·ρ with line 1 ρ0 = ρ_A/20,
+    ρ1 = (ρ_A − ρ0)/k and line 8 a_j = PNN(x, P_j, {1, …, n}, √(2ρ1)) for j = 1..k (γ0 = 0, Thm 4.11).
+    Every PNN is ε-GP ⇒ ε²/2-CGP (Lemma 3.6), so the k calls cost k·ε²/2 = ρ_A − ρ0 (§4.4, text before Alg. 4)."""
+    import streamdp.mechanisms.geo.convex_hull as ch
+
+    pnn_calls, anchor_rhos = [], []
+    real_pnn, real_iq = ch._pnn_on_distances, ch.IdentityQueryCGP
+
+    def spy_pnn(rng, dist, epsilon, gamma0, max_cycles):
+        pnn_calls.append((epsilon, gamma0, np.asarray(dist).size))
+        return real_pnn(rng, dist, epsilon, gamma0, max_cycles)
+
+    def spy_iq(r):
+        anchor_rhos.append(r)
+        return real_iq(r)
+
+    monkeypatch.setattr(ch, "_pnn_on_distances", spy_pnn)
+    monkeypatch.setattr(ch, "IdentityQueryCGP", spy_iq)
+    rng = unsafe_seeded_generator(343)
+    n = 40
+    x = rng.uniform(0, 100, (n, 2))
+    res = private_convex_hull(rng, x, rho, k=k, anchor_share=share)
+    assert res.k == k
+    assert len(pnn_calls) == k  # one PNN per anchor point P_j
+    for eps, g0, m in pnn_calls:
+        assert eps == pytest.approx(eps_hand, rel=1e-12)
+        assert g0 == 0.0  # γ0 = 0 by default (Thm 4.11)
+        assert m == n  # candidate set {1, …, n} at every call (Alg. 4 line 8)
     rho_a = (1 - share) * rho
-    rho0 = rho_a / 20
-    assert 2 * rho0 / 3 + rho0 / 3 + k * ((rho_a - rho0) / k) + share * rho == pytest.approx(rho)
+    assert k * eps_hand**2 / 2 == pytest.approx(rho_a - rho_a / 20, rel=1e-12)  # hand values are consistent
+    assert anchor_rhos == [pytest.approx(share * rho, rel=1e-12)]
 
 
 def test_bad_input():
