@@ -31,6 +31,31 @@ def pair_keys(user_ids: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
     return (np.asarray(user_ids, dtype=np.int64) << _SHIFT) | np.asarray(item_ids, dtype=np.int64)
 
 
+def delta0_subset(users: np.ndarray, delta0: int, rng: np.random.Generator) -> np.ndarray | None:
+    """At most Δ0 distinct items per user (DESIGN.md §3): ``users`` holds the user of each distinct (user, item)
+    pair, sorted by user; a user with more than Δ0 pairs keeps a uniform random subset of Δ0 (random priority, the
+    Δ0 smallest kept). Returns the keep mask, or None when no user is over Δ0 (then nothing is drawn)."""
+    if users.size == 0:
+        return None
+    starts = np.flatnonzero(np.concatenate(([True], users[1:] != users[:-1])))
+    counts = np.diff(np.append(starts, users.size))
+    over = counts > delta0
+    if not over.any():
+        return None
+    prio = rng.random(users.size)  # one draw per pair, in key order
+    # ranks matter only within users over Δ0 (the others keep everything): sort just their pairs, by user then
+    # priority (lexsort is stable: the same ranks as sorting all pairs)
+    sub = np.flatnonzero(np.repeat(over, counts))
+    sub_counts = counts[over]
+    sub_starts = np.concatenate(([0], np.cumsum(sub_counts)[:-1]))
+    order = np.lexsort((prio[sub], users[sub]))
+    rank = np.empty(sub.size, dtype=np.int64)
+    rank[order] = np.arange(sub.size) - np.repeat(sub_starts, sub_counts)
+    keep = np.ones(users.size, dtype=bool)
+    keep[sub] = rank < delta0
+    return keep
+
+
 @dataclass
 class BoundedWindow:
     """The bounded (user, item) pairs of one window, before admission."""
@@ -97,26 +122,11 @@ class ContributionBounder:
             pos = hit = None
             prior = np.zeros(keys.size, dtype=np.int64)
         users = keys >> _SHIFT
-        # Δ0 distinct items per user: uniform random subset (random priority, keep the Δ0 smallest per user)
-        if keys.size:
-            starts = np.flatnonzero(np.concatenate(([True], users[1:] != users[:-1])))  # users are sorted
-            counts = np.diff(np.append(starts, keys.size))
-            over = counts > self.delta0
-            if over.any():
-                prio = rng.random(keys.size)  # one draw per kept pair, in key order
-                # ranks matter only within users over Δ0 (the others keep everything): sort just their pairs,
-                # by user then priority (lexsort is stable: the same ranks as sorting all pairs)
-                sub = np.flatnonzero(np.repeat(over, counts))
-                sub_counts = counts[over]
-                sub_starts = np.concatenate(([0], np.cumsum(sub_counts)[:-1]))
-                order = np.lexsort((prio[sub], users[sub]))
-                rank = np.empty(sub.size, dtype=np.int64)
-                rank[order] = np.arange(sub.size) - np.repeat(sub_starts, sub_counts)
-                keep = np.ones(keys.size, dtype=bool)
-                keep[sub] = rank < self.delta0
-                keys, prior, users = keys[keep], prior[keep], users[keep]
-                if pos is not None:
-                    pos, hit = pos[keep], hit[keep]
+        keep = delta0_subset(users, self.delta0, rng)
+        if keep is not None:
+            keys, prior, users = keys[keep], prior[keep], users[keep]
+            if pos is not None:
+                pos, hit = pos[keep], hit[keep]
         items = keys & np.int64(0xFFFFFFFF)
         return BoundedWindow(user_ids=users, item_ids=items, first=prior == 0, dropped_pairs=int(n_raw - keys.size),
                              keys=keys, pos=pos, hit=hit, version=self._version)

@@ -75,3 +75,42 @@ register(QueryKind(
     build=_top_k,
     validate=_check_top_k,
 ))
+
+
+def _window_histogram(qid, *, horizon, **kw):
+    from streamdp.engine.queries.window_histogram import WindowHistogram
+
+    return WindowHistogram(qid, **kw)
+
+
+def _check_window_histogram(where, a):
+    from streamdp.config.kinds import ConfigError
+
+    if a["algorithm"] == "top_kbar" and a["noise"] != "gaussian":
+        raise ConfigError(f"{where}.noise: algorithm 'top_kbar' (001 Alg. 2) is Gaussian only, got {a['noise']!r}")
+    if a["algorithm"] == "threshold" and a["noise"] == "laplace" and 2 * a["delta"] > a["max_items_per_window"]:
+        raise ConfigError(f"{where}.delta: the Laplace threshold needs delta ≤ max_items_per_window/2")
+
+
+register(QueryKind(
+    kind="window_histogram",
+    source="001 Alg. 1 / Thm 7 (every positive count) and Alg. 2 / Thm 8 (top-(k̄+1), noisy threshold)",
+    notion="zcdp",
+    cost="per user present in the window: threshold: m*eps^2/2 and m*delta/D0 for the user's m <= D0 kept items; "
+         "top_kbar: D0*eps^2/2 and delta (D0 = max_items_per_window)",
+    doc="noisy count of distinct users per item of this window, for the items above a threshold (items not known "
+        "in advance); windows are independent",
+    needs=("items",),
+    params=(
+        Param("epsilon", "float", "noise scale σ = 1/ε per count (Δ∞ = 1)", required=True, gt=0),
+        Param("delta", "float", "δ per window (T = 1 + Φ⁻¹(1 − δ/Δ0)/ε, Gaussian)", default=1e-6, gt=0, lt=1),
+        Param("max_items_per_window", "int", "Δ0: distinct items a user may add per window", default=4, min=1),
+        Param("algorithm", "str", "threshold: every positive count (Alg. 1); top_kbar: the k̄ largest, noisy "
+              "threshold (Alg. 2)", default="threshold", choices=("threshold", "top_kbar")),
+        Param("noise", "str", "count noise (top_kbar: gaussian only)", default="gaussian",
+              choices=("gaussian", "laplace")),
+        Param("kbar", "int", "k̄: counts looked at per window (top_kbar only)", default=20, min=1),
+    ),
+    build=_window_histogram,
+    validate=_check_window_histogram,
+))
