@@ -208,6 +208,8 @@ class LaplaceHistogram:
         if isinstance(n_users, bool) or int(n_users) != n_users or int(n_users) < 1:
             raise ValueError(f"n_users must be a positive integer, got {n_users!r}")
         self.n_users = int(n_users)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
+            raise ValueError(f"k (the number of bins) must be a positive integer, got {k!r}")
         self.k = int(k)
 
     @property
