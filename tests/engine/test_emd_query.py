@@ -228,15 +228,36 @@ def test_user_at_budget_is_halted_and_later_events_change_no_output(kind):
             for w in range(4) for i in range(25)]
     heavy = [ev("h", 10 * w + 5, ["b", "a2"] if kind == "emd_linear" else ["a1", "b2"]) for w in range(4)]
 
-    def go(events):
+    def go(events, grant=True):
         e, store = engine([make()], Cost.emd(100.0), seed=3)
-        store.grant("h", one)  # exactly one window fits
+        if grant:
+            store.grant("h", one)  # exactly one window fits
         return run(e, events), store
 
     r1, s1 = go(base + heavy)
     assert s1.get_user("h").halted and np.array_equal(s1.get_user("h").spent, one)
     r2, _ = go(base + heavy[:1])  # the halted user's later events removed
     assert [r.to_bytes() for r in r1] == [r.to_bytes() for r in r2]
+
+    # Positive control: h keeps the default budget (100, room for all four windows), the same events. h has
+    # featured / clustered items in every window, so windows 2–4 count exactly one more user than without h's
+    # later events; window 1 (same data) is byte-identical.
+    r3, s3 = go(base + heavy, grant=False)
+    r4, _ = go(base + heavy[:1], grant=False)
+    assert not s3.get_user("h").halted and np.array_equal(s3.get_user("h").spent, 4 * one)
+    assert len(r3) == len(r4) == 4
+    assert r3[0].to_bytes() == r4[0].to_bytes()
+    for a, b in zip(r3[1:], r4[1:]):
+        n = b.values["users"]
+        assert a.values["users"] == n + 1
+        if kind == "emd_linear":
+            # central PrivEMDLinear: mean_i q_f(D_i) + K-norm noise of scale L/(nα) (004 Lemma 4.2). h's featured
+            # items are ["b"] ("a2" is outside the domain): q_f(D_h) = f(b) = 1. The noise is the same standard
+            # draw times L/(nα) in both runs (identical generator state: the draws per window do not depend on
+            # n), so (n+1)·released_with − n·released_without = q_f(D_h) = 1 exactly, up to float rounding.
+            assert a.values["noise_scale"] == pytest.approx(1.0 / ((n + 1) * 0.5), rel=1e-12)
+            assert b.values["noise_scale"] == pytest.approx(1.0 / (n * 0.5), rel=1e-12)
+            assert (n + 1) * a.values["mean"][0] - n * b.values["mean"][0] == pytest.approx(1.0, abs=1e-9)
 
 
 # ------------------------------------------------------------------------------------------------ config

@@ -5,7 +5,7 @@ import orjson
 import pytest
 from scipy import stats
 
-from streamdp.accounting.cost import Cost
+from streamdp.accounting.cost import Cost, budget_vector
 from streamdp.engine.queries.continual_counts import ContinualCounts
 from streamdp.engine.queries.top_k import TopK
 
@@ -46,6 +46,36 @@ def test_halted_users_later_events_change_no_output():
     e2, _ = engine([q()], Cost.zcdp(1 * rho, 1.0))
     r2 = run(e2, base + heavy[:1] + tail)  # the halted user's later events removed
     assert [r.to_bytes() for r in r1] == [r.to_bytes() for r in r2]
+    # the same removal that the halted case ignores: h's window-3 "pop" event alone
+    no_pop = heavy[:2] + heavy[3:]
+    e3, _ = engine([q()], Cost.zcdp(1 * rho, 1.0))
+    assert [r.to_bytes() for r in run(e3, base + no_pop + tail)] == [r.to_bytes() for r in r1]
+
+    # Positive control: the same events, h granted room for all four first contributions (the crowd keeps the
+    # default budget). Removing only h's "pop" event at window 3 leaves the tree's rows as they are (x, y and z
+    # still enter it; pop is a row from window 1) and no user exceeds Δ0 = 1 (the bounder draws nothing), so both
+    # runs draw the same noise for every node: the releases differ exactly by pop's true running count, +1 at
+    # every window t ≥ 3 (a window's running count covers windows 1..t), and by nothing else.
+    def granted(events):
+        e, s = engine([q()], Cost.zcdp(1 * rho, 1.0))
+        s.grant("h", budget_vector(Cost.zcdp(100 * rho, 1.0)))
+        return run(e, events), s
+
+    r4, s4 = granted(base + heavy + tail)
+    r5, _ = granted(base + no_pop + tail)
+    h = s4.get_user("h")
+    assert not h.halted
+    assert h.spent_cost().zcdp_rho == pytest.approx(4 * rho, rel=1e-9)  # x, y, pop, z: all admitted and charged
+    assert [r.t for r in r4] == [r.t for r in r5] == list(range(1, 9))
+    for a, b in zip(r4, r5):
+        if a.t < 3:
+            assert a.to_bytes() == b.to_bytes()
+            continue
+        ca, cb = a.values["counts"], b.values["counts"]
+        assert ca.keys() == cb.keys() and "pop" in ca
+        assert {k: ca[k] - cb[k] for k in ca} == {k: int(k == "pop") for k in ca}
+        assert {k: v for k, v in a.values.items() if k != "counts"} == \
+            {k: v for k, v in b.values.items() if k != "counts"}
 
 
 def test_running_count_error_has_mean_zero_and_std_sigma_sqrt_popcount():

@@ -216,11 +216,11 @@ def test_equirectangular_km_is_charged_per_great_circle_metre():
 def test_user_at_the_global_cgp_budget_is_halted_and_later_events_change_nothing():
     windows = (1, 2, 4)
 
-    def go(drop_heavy_later):
+    def go(drop_heavy_later, heavy_rho=3e-7):
         q = range_query(windows, 0.6)
         e, store = engine([q], Cost(cgp_rho=1.0), seed=5)
         # query 1 reserves B/3 = 0.2 per km² = 2e-7 per m²; query 2 reserves ≥ 2e-7 more: halted at window 2
-        vec = budget_vector(Cost(cgp_rho=3e-7))
+        vec = budget_vector(Cost(cgp_rho=heavy_rho))
         store.grant("heavy", vec)
         pl = scenario(windows=windows)
         pl += [ev("heavy", 10.0 * (w - 1) + 2.0, (99.0, 1.0)) for w in (1, 2, 3, 4, 5)
@@ -238,6 +238,28 @@ def test_user_at_the_global_cgp_budget_is_halted_and_later_events_change_nothing
     assert 2 in s1.admits and s1.admits[2]["heavy"][CGP] > 0  # present at window 2, refused there
     assert int(q1.remaining_of(np.array([heavy]))[0]) == int(q2.remaining_of(np.array([heavy]))[0])
     assert [r.to_bytes() for r in r1] == [r.to_bytes() for r in r2]
+
+    # Positive control: heavy granted 1 per m² (≫ the sequence's whole B = 0.6 per km² = 6e-7 per m², the crowd
+    # keeps the default), the same events. heavy is located at (99, 1) km, inside the rectangle, in every window,
+    # so at query windows 2 and 4 the admitted located users — published as "users" and charged as
+    # "users_charged" — are exactly one more than without heavy's later events; window 1 (same data) and the
+    # windows without a query are byte-identical.
+    r3, s3, q3, e3 = go(False, heavy_rho=1.0)
+    r4, s4, q4, e4 = go(True, heavy_rho=1.0)
+    assert not s3.get_user("heavy").halted and not s4.get_user("heavy").halted
+    assert [r.seq for r in r3] == [r.seq for r in r4] == [1, 2, 3, 4, 5]
+    for a, b in zip(r3, r4):
+        if a.seq in (1, 3, 5):
+            assert a.to_bytes() == b.to_bytes()
+        else:
+            assert a.values["query_index"] == b.values["query_index"] == {2: 2, 4: 3}[a.seq]
+            assert a.values["users"] == b.values["users"] + 1
+            assert a.realized["users_charged"] == b.realized["users_charged"] + 1
+    # heavy was reserved at windows 2 and 4, admitted and charged there (spent and the query's B_i both move)
+    h3 = e3.users.index["heavy"]
+    assert s3.admits[2]["heavy"][CGP] > 0 and s3.admits[4]["heavy"][CGP] > 0
+    assert s3.get_user("heavy").spent[CGP] > s4.get_user("heavy").spent[CGP] == s2.get_user("heavy").spent[CGP]
+    assert int(q3.remaining_of(np.array([h3]))[0]) < int(q4.remaining_of(np.array([e4.users.index["heavy"]]))[0])
 
 
 def test_windows_without_a_query_release_an_empty_record_at_no_cost():
