@@ -59,4 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m streamdp.cli.main`: run the package's module, whose CLIError the commands raise (this file, run as
+    # __main__, is a second module object with a second CLIError class that their errors would slip past)
+    from streamdp.cli.main import main as _main
+
+    sys.exit(_main())

@@ -49,7 +49,9 @@ SERVICE_PARAMS = (
     Param("unsafe_test_seed", "int", "TEST MODE: deterministic noise — releases are NOT private", default=None),
 )
 
-BUDGET_PARAMS = tuple(Param(c, "float", f"default budget: {c}", default=0.0, min=0) for c in COMPONENTS)
+# a δ budget of 1 or more guarantees nothing (and would silently meet the int64 fixed-point ceiling, ≈ 9.22)
+BUDGET_PARAMS = tuple(Param(c, "float", f"default budget: {c}", default=0.0, min=0,
+                            lt=1.0 if c.endswith("_delta") else None) for c in COMPONENTS)
 
 KAFKA_PARAMS = (
     Param("bootstrap", "str", "Kafka bootstrap servers", default="localhost:9092"),

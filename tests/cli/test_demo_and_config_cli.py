@@ -65,6 +65,10 @@ def test_config_check_ok(capsys):
      "query[0].bogus"),
     ("[service]\nwindow_seconds = 60\n[budget]\nzcdp_rho = -2\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
      "budget.zcdp_rho"),
+    ("[service]\nwindow_seconds = 60\n[budget]\nzcdp_delta = 1.0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
+     "budget.zcdp_delta"),
+    ("[service]\nwindow_seconds = 60\n[budget]\ncgp_delta = 5\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
+     "budget.cgp_delta"),
     ("[service]\nwindow_seconds = 60\nhorizon = 0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
      "service.horizon"),
     ("[service]\nwindow_seconds = 60\n", "query"),
@@ -99,3 +103,19 @@ def test_run_roles_refuse_bad_flags_with_one_clear_line(argv, message, capsys):
     with pytest.raises(SystemExit):  # argparse: not a role
         main(["run", "--role", "stage-b"])
     assert "invalid choice: 'stage-b'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", ["streamdp", "streamdp.cli.main"])
+def test_python_dash_m_reports_a_bad_config_in_one_line(tmp_path, module):
+    """``python -m`` runs the same command: a bad field is one clear line and status 1, never a traceback (run as
+    __main__, cli/main.py is a second module whose CLIError the commands' errors would slip past)."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "bad.toml"
+    p.write_text("[service]\nwindow_seconds = 60\n[budget]\nzcdp_delta = 1.0\n"
+                 "[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n")
+    r = subprocess.run([sys.executable, "-m", module, "config", "check", str(p)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1
+    assert "budget.zcdp_delta: must be < 1.0" in r.stderr and "Traceback" not in r.stderr
