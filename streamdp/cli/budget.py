@@ -19,7 +19,7 @@ A user as JSON (one entry per notion in use, i.e. with a non-zero budget or spen
 
 The *used fraction* of a notion is the largest spent/budget over its components with a non-zero budget; the
 *remaining fraction* is one minus it. ``grant`` and ``set-default`` replace the budget of ONE notion (``--rho``
-is ρ, or α for ``emd``; ``--delta`` keeps the current δ budget when omitted; ``inf`` means unlimited); they are
+is ρ, or α for ``emd``; ``--delta``, below 1, keeps the current δ budget when omitted; ``inf`` means unlimited); they are
 administrative, refuse to run without ``--yes`` and write an audit entry to the ledger. Errors (unreachable
 store, unknown user, bad URL) print one line on stderr and exit non-zero: 1 for a failed operation, 2 for a
 usage error.
@@ -420,6 +420,14 @@ def _nonneg_real(text: str) -> float:
     return v
 
 
+def _delta_budget(text: str) -> float:
+    """A δ budget: in [0, 1), or inf (unlimited). A finite δ of 1 or more guarantees nothing."""
+    v = _nonneg_real(text)
+    if 1.0 <= v < math.inf:
+        raise argparse.ArgumentTypeError(f"a δ budget must be < 1 (or inf for unlimited), got {text!r}")
+    return v
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -474,7 +482,7 @@ def register(subparsers) -> None:
             q.add_argument("user")
         q.add_argument("--rho", type=_nonneg_real, required=True, metavar="R",
                        help="ρ budget (α for emd); inf for unlimited")
-        q.add_argument("--delta", type=_nonneg_real, metavar="D", help="δ budget (default: unchanged)")
+        q.add_argument("--delta", type=_delta_budget, metavar="D", help="δ budget < 1, or inf (default: unchanged)")
         q.add_argument("--notion", choices=NOTIONS, default="zcdp", help="accounting notion (default zcdp)")
         q.add_argument("--yes", action="store_true", help="confirm the change")
         q.add_argument("--reason", default="", help="recorded in the audit entry")

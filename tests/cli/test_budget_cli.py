@@ -186,6 +186,10 @@ def test_grant_requires_yes_then_changes_one_notion_and_audits(capsys, store_url
     assert _reopen(store_url).get_user("newbie").budget[4] == INT64_MAX
     rc, _, err = run(capsys, "grant", "a", "--rho", "-1", "--yes", "--store", store_url)
     assert rc == 2 and "--rho" in err
+    for bad in ("1", "2.5"):  # a δ of 1 or more guarantees nothing: refused, nothing changed
+        rc, _, err = run(capsys, "grant", "a", "--rho", "3", "--delta", bad, "--yes", "--store", store_url)
+        assert rc == 2 and "--delta" in err and "< 1" in err
+    assert _reopen(store_url).get_user("a").budget[1] == DELTA_SCALE // 10**6
 
 
 def test_set_default(capsys, store_url):
