@@ -20,9 +20,9 @@ A user as JSON (one entry per notion in use, i.e. with a non-zero budget or spen
 The *used fraction* of a notion is the largest spent/budget over its components with a non-zero budget; the
 *remaining fraction* is one minus it. ``grant`` and ``set-default`` replace the budget of ONE notion (``--rho``
 is ρ, or α for ``emd``; ``--delta`` is δ, below 1, and the current δ budget stays when it is omitted; ``inf`` means
-unlimited); they are administrative, refuse to run without ``--yes`` and write an audit entry to the ledger. Errors (unreachable
-store, unknown user, bad URL) print one line on stderr and exit non-zero: 1 for a failed operation, 2 for a
-usage error.
+unlimited); they are administrative, refuse to run without ``--yes`` and write an audit entry to the ledger.
+Errors (unreachable store, unknown user, bad URL) print one line on stderr and exit non-zero: 1 for a failed
+operation, 2 for a usage error.
 """
 
 from __future__ import annotations
