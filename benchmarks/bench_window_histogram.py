@@ -136,7 +136,7 @@ def main() -> None:
     for lead, emp, ana in rate_alg2(eps, delta, d0, kbar, max(a.trials // 4, 1000), rng):
         print(f"{lead:>8.2f} {emp:>10.4f} {ana:>10.4f}")
     eps_s, n_err, mean, sd, sd_ana = engine_run(eps, delta, d0, users=20000, items=2000, windows=20, seed=a.seed)
-    print(f"\n## through the engine (WindowHistogram, memory store): 20 windows × 20k users, Zipf items")
+    print("\n## through the engine (WindowHistogram, memory store): 20 windows × 20k users, Zipf items")
     print(f"{eps_s:,.0f} events/s end to end; {n_err} released counts 20/ε above T: error mean {mean:+.4f}, "
           f"std {sd:.4f} (analytic {sd_ana:.4f})")
 
