@@ -21,7 +21,6 @@ The service publishes records only after step 4 and stores :meth:`snapshot` atom
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -37,7 +36,7 @@ from streamdp.filter.store import BudgetStore, StoreError
 from streamdp.input.events import EventBatch
 from streamdp.noise.generator import make_generator
 from streamdp.outputs.records import ReleaseRecord
-from streamdp.windows.tumbling import TumblingWindows
+from streamdp.windows.tumbling import TumblingWindows, absurd_times, stream_position
 
 log = logging.getLogger("streamdp.engine")
 
@@ -125,15 +124,16 @@ class ReleaseEngine:
         if n == 0:
             return []
         self.counters.events_in += n
-        self.windows.ensure_origin(float(batch.ts.min()))
-        t = self.windows.window_of(batch.ts)
+        W, c = self.windows, self.config
+        pos = stream_position(batch.ts, W.watermark_at(now), c.allowed_lateness)
+        future, past = absurd_times(batch.ts, pos, c.max_future_seconds, c.allowed_lateness, W.origin is None)
+        if W.origin is None:  # from the batch's sane times (its median always is one)
+            W.ensure_origin(float(batch.ts[~(future | past)].min()))
+        t = W.window_of(batch.ts)
         reasons = np.full(n, None, dtype=object)
-        reasons[t <= self.windows.last_closed] = "late"
-        reasons[t < 1] = "before_origin"
-        wm = self.windows.watermark_at(now)
-        if self.config.max_future_seconds is not None and math.isfinite(wm):
-            reasons[(batch.ts > wm + self.config.allowed_lateness + self.config.max_future_seconds)
-                    & (reasons == None)] = "too_far_in_future"  # noqa: E711
+        reasons[t <= W.last_closed] = "late"
+        reasons[(t < 1) | past] = "before_origin"
+        reasons[future & (reasons == None)] = "too_far_in_future"  # noqa: E711
         ok = reasons == None  # noqa: E711
         rejected = [(int(i), str(reasons[i])) for i in np.flatnonzero(~ok)]
         for _, r in rejected:

@@ -16,6 +16,34 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+def stream_position(ts: np.ndarray, watermark: float, allowed_lateness: float) -> float:
+    """Where the stream is in event time, to judge a batch's timestamps against (DESIGN.md §6 "absurd
+    timestamps"): the watermark plus the allowed lateness (the newest event time seen) once a watermark exists;
+    before that, the batch's upper median — a time most of the batch agrees on, which one outlier cannot move."""
+    if math.isfinite(watermark):
+        return watermark + allowed_lateness
+    ts = np.asarray(ts, dtype=np.float64)
+    k = ts.size // 2
+    return float(np.partition(ts, k)[k])
+
+
+def absurd_times(ts: np.ndarray, position: float, max_future: float | None, allowed_lateness: float,
+                 derive_origin: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(too far in the future, too far in the past) masks of a batch against the stream's ``position``.
+
+    Future: more than ``max_future`` seconds after the position. Past, only while the origin is still to be derived
+    from this batch: more than ``allowed_lateness + max_future`` before it. Without them, one absurd time in a first
+    batch would set the watermark (every window up to it due at once, every later event late) or the origin (every
+    window from it due). ``max_future = None`` disables both."""
+    ts = np.asarray(ts, dtype=np.float64)
+    if max_future is None:
+        none = np.zeros(ts.size, dtype=bool)
+        return none, none
+    future = ts > position + max_future
+    past = ts < position - allowed_lateness - max_future if derive_origin else np.zeros(ts.size, dtype=bool)
+    return future, past
+
+
 @dataclass
 class TumblingWindows:
     length: float

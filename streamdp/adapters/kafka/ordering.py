@@ -14,8 +14,10 @@ yet holds it back, like a silent one, until ``idle_timeout``); the engine is the
 its watermark is advanced to the window's end and :meth:`ReleaseEngine.close_due` closes exactly that window.
 
 Rejections happen on arrival with the engine's own rules and reason codes: ``late`` (the window is closed),
-``before_origin`` and ``too_far_in_future`` (beyond the watermark by more than ``max_future_seconds``); they are
-counted in the engine's counters. Determinism holds when the origin is configured, each partition's disorder stays
+``before_origin`` and ``too_far_in_future`` (more than ``max_future_seconds`` after the stream's position: the
+watermark, else the partition's newest event time, else the batch's upper median — see
+:func:`~streamdp.windows.tumbling.stream_position`; while the origin is still to be derived, times as far before
+it are ``before_origin``); they are counted in the engine's counters. Determinism holds when the origin is configured, each partition's disorder stays
 within ``allowed_lateness`` (then no event is late, whatever the timing) and no idle timeout fires.
 """
 
@@ -32,6 +34,7 @@ from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
 from streamdp.engine.engine import ReleaseEngine, WindowSummary
 from streamdp.input.events import EventBatch
+from streamdp.windows.tumbling import absurd_times, stream_position
 
 ENGINE_PARTITION = 0  # the engine sees one (already ordered) stream; watermarks per Kafka partition live here
 
@@ -215,17 +218,19 @@ class CanonicalStage:
         n = len(batch)
         if n == 0:
             return []
-        W = self.engine.windows
-        W.ensure_origin(float(batch.ts.min()))
+        W, c = self.engine.windows, self.engine.config
+        # where the stream is: the watermark over partitions, else this partition's own newest time, else the batch
+        wm = self.wm.watermark(now)
+        own = self.wm.max_ts.get(int(partition), -math.inf)
+        pos = stream_position(batch.ts, wm if math.isfinite(wm) else own - c.allowed_lateness, c.allowed_lateness)
+        future, past = absurd_times(batch.ts, pos, c.max_future_seconds, c.allowed_lateness, W.origin is None)
+        if W.origin is None:  # from the batch's sane times (its median always is one)
+            W.ensure_origin(float(batch.ts[~(future | past)].min()))
         t = W.window_of(batch.ts)
         reasons = np.full(n, None, dtype=object)
         reasons[t <= W.last_closed] = "late"
-        reasons[t < 1] = "before_origin"
-        wm = self.wm.watermark(now)
-        mf = self.engine.config.max_future_seconds
-        if mf is not None and math.isfinite(wm):
-            reasons[(batch.ts > wm + self.engine.config.allowed_lateness + mf) & (reasons == None)] = \
-                "too_far_in_future"  # noqa: E711
+        reasons[(t < 1) | past] = "before_origin"
+        reasons[future & (reasons == None)] = "too_far_in_future"  # noqa: E711
         ok = reasons == None  # noqa: E711
         rejected = [(int(i), str(reasons[i])) for i in np.flatnonzero(~ok)]
         for r in set(r for _, r in rejected):

@@ -1,0 +1,127 @@
+"""Absurd timestamps inside the accepted range (DESIGN.md §6), before any watermark exists: one event years ahead
+(or decades behind) in the FIRST batch must be dead-lettered, not set the watermark (every window up to it due at
+once, every later event late) or the derived origin (every window from it due). Both ingestion paths: the
+embedded engine and the Kafka worker's canonical stage."""
+
+import copy
+
+import numpy as np
+import orjson
+import pytest
+
+from streamdp.accounting.cost import budget_vector
+from streamdp.adapters.kafka.ordering import CanonicalStage
+from streamdp.config.loader import parse_config
+from streamdp.engine.engine import ReleaseEngine
+from streamdp.engine.pipeline import EmbeddedPipeline
+from streamdp.filter.memory import MemoryBudgetStore
+from streamdp.input.events import parse_batch
+from streamdp.outputs.sinks import ListSink
+from streamdp.windows.tumbling import absurd_times, stream_position
+
+T0 = 1_700_000_000.0
+DAY = 86400.0
+RAW = {"service": {"window_seconds": 3600.0, "horizon": 16, "unsafe_test_seed": 5},  # no origin: derived
+       "budget": {"zcdp_rho": 5.0, "zcdp_delta": 1e-4},
+       "query": [{"id": "c", "kind": "continual_counts", "sigma": 1.0, "max_items_per_window": 1}]}
+
+
+def ev(user, ts, item="a"):
+    return orjson.dumps({"user": user, "ts": ts, "items": [item]})
+
+
+def good_events():
+    return [ev(f"u{i % 50}", T0 + 17.0 + i * 7.3, f"i{i % 7}") for i in range(3000)]  # ≈ 6 hours
+
+
+def _engine():
+    cfg = parse_config(copy.deepcopy(RAW))
+    return ReleaseEngine(cfg.engine_config(), cfg.build_queries(), MemoryBudgetStore(budget_vector(cfg.budget)))
+
+
+# ------------------------------------------------------------------------------------------ the rule
+def test_stream_position_is_the_watermark_or_the_batch_upper_median():
+    ts = np.array([5.0, 100.0, 101.0, 7e9])
+    assert stream_position(ts, -np.inf, 0.0) == 101.0  # upper median: one outlier on either side cannot move it
+    assert stream_position(np.array([5.0, 100.0]), -np.inf, 0.0) == 100.0
+    assert stream_position(np.array([42.0]), -np.inf, 0.0) == 42.0
+    assert stream_position(ts, 90.0, 3.0) == 93.0  # a watermark exists: the newest time seen
+
+
+def test_absurd_times_bounds():
+    ts = np.array([0.0, 889.0, 890.0, 1000.0, 1100.0, 1101.0])  # bounds: 1000 − 10 − 100 and 1000 + 100
+    fut, past = absurd_times(ts, 1000.0, max_future=100.0, allowed_lateness=10.0, derive_origin=True)
+    assert fut.tolist() == [False, False, False, False, False, True]  # > position + max_future
+    assert past.tolist() == [True, True, False, False, False, False]  # < position − lateness − max_future
+    fut, past = absurd_times(ts, 1000.0, max_future=100.0, allowed_lateness=10.0, derive_origin=False)
+    assert not past.any() and fut.sum() == 1  # the origin is known: the past is the late rule's business
+    fut, past = absurd_times(ts, 1000.0, max_future=None, allowed_lateness=10.0, derive_origin=True)
+    assert not fut.any() and not past.any()
+
+
+# ------------------------------------------------------------------------------------------ embedded engine
+@pytest.mark.parametrize("outlier,reason", [(T0 + 170 * 365 * DAY, "too_far_in_future"),  # year ≈ 2193
+                                            (5.0, "before_origin"),  # 1970
+                                            (T0 - 40 * DAY, "before_origin")])
+def test_an_absurd_time_in_the_first_batch_is_dead_lettered_and_changes_no_release(outlier, reason):
+    good = good_events()
+    bad = good[:1000] + [ev("x", outlier, "z")] + good[1000:]
+
+    def go(payloads):
+        e = _engine()
+        sink = ListSink()
+        EmbeddedPipeline(e, [sink]).run([payloads])  # one batch: the outlier is in the first one
+        return e, sink
+
+    e1, s1 = go(bad)
+    e2, s2 = go(good)
+    assert [(d.reason, orjson.loads(d.payload)["user"]) for d in s1.dead] == [(reason, "x")]
+    assert e1.windows.origin == e2.windows.origin == np.floor((T0 + 17.0) / 3600.0) * 3600.0
+    assert len(s1.records) == len(s2.records) < 10  # ≈ 6 hourly windows, not millions
+    assert [r.to_bytes() for r in s1.records] == [r.to_bytes() for r in s2.records]
+
+
+def test_later_batches_keep_the_watermark_rule():
+    e = _engine()
+    sink = ListSink()
+    p = EmbeddedPipeline(e, [sink])
+    p.feed(good_events()[:100])
+    p.feed([ev("y", T0 + 31 * DAY + 3600.0)])  # beyond watermark + 30 days (the default max_future_seconds)
+    p.feed([ev("y", T0 - 40 * DAY)])  # the origin is known: late, not an origin question
+    assert [d.reason for d in sink.dead] == ["too_far_in_future", "before_origin"]
+
+
+# ------------------------------------------------------------------------------------------ canonical stage
+def _stage_run(batches):
+    """(partition, payloads) in order through a CanonicalStage of 2 partitions; releases by key and dead reasons."""
+    eng = _engine()
+    stage = CanonicalStage(eng)
+    stage.wm.register([0, 1])
+    dead, out = [], {}
+    for p, payloads in batches:
+        batch, bad = parse_batch(payloads)
+        assert not bad
+        dead += [(p, orjson.loads(payloads[int(batch.source_rows[r])])["user"], why) for r, why in stage.add(p, batch)]
+        for s in stage.release():
+            out.update({r.key: r.to_bytes() for r in s.records})
+    for s in stage.release(flush=True):
+        out.update({r.key: r.to_bytes() for r in s.records})
+    return eng, dead, out
+
+
+def test_the_worker_stage_dead_letters_absurd_times_before_any_watermark():
+    good = good_events()
+    p0, p1 = good[0::2], good[1::2]
+    clean = [(0, p0[:500]), (0, p0[500:]), (1, p1)]
+    e_ref, dead_ref, out_ref = _stage_run(clean)
+    assert dead_ref == [] and out_ref
+    # partition 0's first batch carries a year-2193 event and a 1970 event (no watermark, no origin yet)
+    first = p0[:250] + [ev("x", T0 + 170 * 365 * DAY, "z"), ev("w", 5.0, "z")] + p0[250:500]
+    # partition 1 has not spoken yet (the watermark over partitions is −∞), but partition 0 has: its own newest
+    # time is the reference for its later batches — a lone far-future event cannot pass as its own median
+    later = [ev("v", T0 + 90 * DAY, "z")] + p0[500:]
+    e, dead, out = _stage_run([(0, first), (0, later), (1, p1)])
+    assert sorted(dead) == [(0, "v", "too_far_in_future"), (0, "w", "before_origin"),
+                            (0, "x", "too_far_in_future")]
+    assert e.windows.origin == e_ref.windows.origin
+    assert out == out_ref
