@@ -101,7 +101,10 @@ def run_worker(args) -> int:
     if args.group:
         cfg.kafka["group_id"] = args.group
     if args.unsafe_test_seed is not None:
+        if args.unsafe_test_seed < 0:
+            raise CLIError("--unsafe-test-seed must be ≥ 0")
         cfg.service["unsafe_test_seed"] = args.unsafe_test_seed
+    _check_topics(cfg)
     url = args.store or cfg.store or os.environ.get("STREAMDP_STORE")
     if not url or not url.startswith(("redis://", "rediss://", "unix://")):
         raise CLIError("streamdp run needs a Redis budget store (--store redis://HOST:PORT/DB, config `store` or "
@@ -138,6 +141,18 @@ def run_worker(args) -> int:
         store.close()
 
 
+def _check_topics(cfg) -> None:
+    """The topics again after the command-line overrides (``--input-topic``, ``--group``): named and distinct."""
+    from streamdp.cli.main import CLIError
+    from streamdp.config.kinds import ConfigError
+    from streamdp.config.loader import check_topics
+
+    try:
+        check_topics(cfg.kafka, [t["id"] for t in cfg.query_tables])
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
+
+
 def run_ingest(args, cfg) -> int:
     """``streamdp run --role ingest``: stage A (``streamdp/adapters/kafka/ingest.py``); no budget store."""
     from streamdp.adapters.kafka.ingest import IngestWorker
@@ -152,6 +167,7 @@ def run_ingest(args, cfg) -> int:
         cfg.kafka["group_id"] = args.group
     if args.standalone:
         raise CLIError("--standalone is for --role all: ingest workers always share the input in a consumer group")
+    _check_topics(cfg)
     stm = args.session_timeout_ms if args.session_timeout_ms is not None else cfg.kafka["session_timeout_ms"]
     if stm < 1000:
         raise CLIError("--session-timeout-ms must be ≥ 1000")

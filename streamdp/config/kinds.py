@@ -141,4 +141,9 @@ def build_query(where: str, table: dict, *, horizon: int):
             args[p.name] = p.default
     if k.validate is not None:
         k.validate(where, args)
-    return k.build(qid, horizon=horizon, **args)
+    try:
+        return k.build(qid, horizon=horizon, **args)
+    except ConfigError:
+        raise
+    except (ValueError, ArithmeticError) as e:  # e.g. a cost beyond the fixed-point range: one line, at start
+        raise ConfigError(f"{where}: kind {kind!r} refuses these parameters: {e}") from None

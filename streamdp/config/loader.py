@@ -36,17 +36,20 @@ from typing import Any
 
 from streamdp.accounting.cost import COMPONENTS, Cost
 from streamdp.config.kinds import ConfigError, Param, build_query
+from streamdp.input.events import MAX_TS
 
 SERVICE_PARAMS = (
-    Param("window_seconds", "float", "tumbling window length in seconds of event time", required=True, gt=0),
+    # ≥ 1 ms: window numbers of any accepted event time (< MAX_TS) then fit in int64
+    Param("window_seconds", "float", "tumbling window length in seconds of event time", required=True, min=1e-3),
     Param("horizon", "int", "L: windows per epoch of the continual-count tree", default=64, min=1, max=1 << 20),
-    Param("origin", "float", "event time of the start of window 1", default=None),
+    Param("origin", "float", "event time of the start of window 1", default=None, min=0.0, lt=MAX_TS),
     Param("allowed_lateness", "float", "seconds the watermark trails the max event time", default=0.0, min=0),
     Param("idle_timeout", "float", "seconds after which an idle partition no longer holds the watermark",
           default=None, gt=0),
     Param("max_future_seconds", "float", "events this far ahead of the watermark are dead-lettered",
           default=30 * 86400.0, gt=0),
-    Param("unsafe_test_seed", "int", "TEST MODE: deterministic noise — releases are NOT private", default=None),
+    Param("unsafe_test_seed", "int", "TEST MODE: deterministic noise — releases are NOT private", default=None,
+          min=0),
 )
 
 # a δ budget of 1 or more guarantees nothing (and would silently meet the int64 fixed-point ceiling, ≈ 9.22)
@@ -155,7 +158,27 @@ def parse_config(raw: dict) -> ServiceConfig:
     cfg = ServiceConfig(service=service, budget=Cost(**budget), kafka=kafka, query_tables=queries, store=store,
                         raw=raw)
     cfg.build_queries()  # validates every query table (and constructs them once)
+    check_topics(kafka, ids)
     return cfg
+
+
+def check_topics(kafka: dict, query_ids: list) -> None:
+    """Every topic the service reads or writes is named and distinct: a dead-letter topic equal to the input would
+    read its own dead letters back forever, an output topic equal to the input would consume releases as events.
+    Called again after command-line overrides (``streamdp run --input-topic``)."""
+    from streamdp.adapters.kafka.topics import forward_topic, output_topic
+
+    for key in ("bootstrap", "input_topic", "dead_letter_topic", "group_id"):
+        if not kafka[key]:
+            raise ConfigError(f"kafka.{key}: must not be empty")
+    named = [("kafka.input_topic", kafka["input_topic"]), ("kafka.dead_letter_topic", kafka["dead_letter_topic"]),
+             ("kafka.internal_prefix", forward_topic(kafka))]
+    named += [(f"query[{i}].id (output topic)", output_topic(kafka, q)) for i, q in enumerate(query_ids)]
+    seen: dict[str, str] = {}
+    for where, topic in named:
+        if topic in seen:
+            raise ConfigError(f"{where}: topic {topic!r} is also {seen[topic]}'s; every topic must be distinct")
+        seen[topic] = where
 
 
 def load_config(path: str) -> ServiceConfig:

@@ -67,6 +67,23 @@ def test_config_check_ok(capsys):
      "budget.zcdp_rho"),
     ("[service]\nwindow_seconds = 60\n[budget]\nzcdp_delta = 1.0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
      "budget.zcdp_delta"),
+    # values that used to pass the check and fail later (a crash at the first window close, a retry loop, an
+    # overflow, dead letters read back forever): refused at start with the field or query named
+    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\nepsilon=5000\n", "query[0]: kind 'top_k'"),
+    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1e-10\n",
+     "query[0]: kind 'continual_counts'"),
+    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='window_histogram'\nepsilon=1e200\n",
+     "query[0]: kind 'window_histogram'"),
+    ("[service]\nwindow_seconds = 60\nunsafe_test_seed = -1\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n",
+     "service.unsafe_test_seed"),
+    ("[service]\nwindow_seconds = 60\norigin = 1e300\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n", "service.origin"),
+    ("[service]\nwindow_seconds = 1e-300\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n", "service.window_seconds"),
+    ("[kafka]\ndead_letter_topic='streamdp.events'\n[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\n"
+     "epsilon=1\n", "kafka.dead_letter_topic"),
+    ("[kafka]\noutput_prefix=''\ninput_topic='a'\n[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\n"
+     "epsilon=1\n", "query[0].id (output topic)"),
+    ("[kafka]\ngroup_id=''\n[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n",
+     "kafka.group_id"),
     ("[service]\nwindow_seconds = 60\n[budget]\ncgp_delta = 5\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
      "budget.cgp_delta"),
     ("[service]\nwindow_seconds = 60\nhorizon = 0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
@@ -95,6 +112,9 @@ def test_config_check_missing_file(capsys):
     (["run", "--role", "ingest", "--standalone"], "--standalone is for --role all"),
     (["run", "--role", "ingest", "--session-timeout-ms", "10"], "--session-timeout-ms must be ≥ 1000"),
     (["run", "--role", "coordinator", "--store", "memory://"], "needs a Redis budget store"),
+    (["run", "--input-topic", "streamdp.dead", "--store", "redis://127.0.0.1:1/0"], "kafka.dead_letter_topic"),
+    (["run", "--role", "ingest", "--input-topic", "streamdp.dead"], "kafka.dead_letter_topic"),
+    (["run", "--unsafe-test-seed", "-3", "--store", "redis://127.0.0.1:1/0"], "--unsafe-test-seed must be ≥ 0"),
 ])
 def test_run_roles_refuse_bad_flags_with_one_clear_line(argv, message, capsys):
     assert main(argv) != 0

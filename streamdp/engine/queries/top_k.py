@@ -31,6 +31,7 @@ class TopK(WindowQuery):
         self.k, self.kbar = int(k), int(kbar)
         self.pwyg = PayWhatYouGet(epsilon, delta, k_star)
         self.threshold = gumbel_topk_threshold(epsilon, delta, self.kbar)
+        self.pwyg.reserve_cost(self.k).to_fixed()  # the largest reservation must fit the fixed-point grid: fail now
 
     def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
         users, items = w.item_pairs()
