@@ -37,6 +37,9 @@ def register(sub) -> None:
     p.add_argument("--session-timeout-ms", type=int, default=None,
                    help="consumer-group session timeout (default: kafka.session_timeout_ms, 10000; heartbeats every "
                         "1/6 of it)")
+    p.add_argument("--store-wait", type=float, default=None, metavar="SECONDS",
+                   help="an unreachable budget store at start is retried with backoff for this long (default: until "
+                        "it answers or SIGTERM)")
     p.add_argument("--unsafe-test-seed", type=int, default=None,
                    help="deterministic noise (TEST MODE: the releases are NOT private)")
     p.add_argument("--log-format", choices=("json", "text"), default="json")
@@ -90,8 +93,6 @@ def run_worker(args) -> int:
     from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
     from streamdp.adapters.metrics import WorkerMetrics
     from streamdp.cli.main import CLIError
-    from streamdp.filter import open_store
-    from streamdp.filter.store import StoreError
 
     cfg = _load(args)
     if args.role == "ingest":
@@ -120,10 +121,7 @@ def run_worker(args) -> int:
         raise CLIError("--session-timeout-ms must be ≥ 1000")
     setup_logging(args.log_format, args.log_level.upper())
     client_kw = _client_kw(cfg, "streamdp-worker")
-    try:
-        store = open_store(url, budget_vector(cfg.budget))
-    except (StoreError, ValueError, OSError) as e:
-        raise CLIError(f"cannot open budget store: {e}") from None
+    store = open_store_retrying(url, budget_vector(cfg.budget), args.store_wait)
     metrics = WorkerMetrics()
     port = args.metrics_port if args.metrics_port is not None else cfg.kafka["metrics_port"]
     if port:
@@ -139,6 +137,35 @@ def run_worker(args) -> int:
         return asyncio.run(worker.run())
     finally:
         store.close()
+
+
+def open_store_retrying(url: str, budget, wait: float | None, *, sleep=None, clock=None):
+    """Open the budget store; while it is unreachable, retry with exponential backoff (0.5 s doubling to 10 s) for
+    ``wait`` seconds (None: until it answers) — DESIGN.md §6, Redis unavailable: retry and resume. A malformed URL
+    fails at once."""
+    import logging
+    import time
+
+    from streamdp.cli.main import CLIError
+    from streamdp.filter import open_store
+    from streamdp.filter.store import StoreError
+
+    sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    t0, delay = clock(), 0.5
+    while True:
+        try:
+            return open_store(url, budget)
+        except ValueError as e:
+            raise CLIError(f"cannot open budget store: {e}") from None
+        except (StoreError, OSError) as e:
+            waited = clock() - t0
+            if wait is not None and waited + delay > wait:
+                raise CLIError(f"cannot open budget store (retried for {waited:.1f} s): {e}") from None
+            logging.getLogger("streamdp.worker").warning(
+                "budget store unreachable; retrying", extra={"error": str(e), "retry_in": delay})
+            sleep(delay)
+            delay = min(2 * delay, 10.0)
 
 
 def _check_topics(cfg) -> None:

@@ -139,3 +139,38 @@ def test_python_dash_m_reports_a_bad_config_in_one_line(tmp_path, module):
                        timeout=60)
     assert r.returncode == 1
     assert "budget.zcdp_delta: must be < 1.0" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_run_retries_an_unreachable_store_with_backoff_then_gives_up_in_one_line(monkeypatch):
+    """DESIGN §6: Redis unavailable at start is retried with exponential backoff (0.5, 1, 2 … 10 s), for
+    --store-wait seconds; a malformed URL fails at once."""
+    import streamdp.filter as filt
+    from streamdp.cli.main import CLIError
+    from streamdp.cli.service import open_store_retrying
+    from streamdp.filter.store import StoreError
+
+    calls, slept, now = [], [], [0.0]
+
+    def flaky(url, budget):
+        calls.append(url)
+        if len(calls) < 4:
+            raise StoreError("unreachable")
+        return "store"
+
+    def sleep(d):
+        slept.append(d)
+        now[0] += d
+
+    monkeypatch.setattr(filt, "open_store", flaky)
+    assert open_store_retrying("redis://x", None, None, sleep=sleep, clock=lambda: now[0]) == "store"
+    assert slept == [0.5, 1.0, 2.0] and len(calls) == 4
+    # never answers, --store-wait 3: sleeps 0.5 and 1 s, then the next 2 s would pass 3 s in all: gives up
+    monkeypatch.setattr(filt, "open_store", lambda url, budget: (_ for _ in ()).throw(StoreError("down")))
+    slept.clear()
+    now[0] = 0.0
+    with pytest.raises(CLIError, match=r"retried for 1\.5 s\): down"):
+        open_store_retrying("redis://x", None, 3.0, sleep=sleep, clock=lambda: now[0])
+    assert slept == [0.5, 1.0]
+    monkeypatch.setattr(filt, "open_store", lambda url, budget: (_ for _ in ()).throw(ValueError("bad scheme")))
+    with pytest.raises(CLIError, match="bad scheme"):
+        open_store_retrying("nope://x", None, None, sleep=sleep)
