@@ -310,6 +310,15 @@ def _merge(parts: list[tuple[np.ndarray, dict]]) -> tuple[np.ndarray, dict]:
     return rows[order], out
 
 
+def _as_payload(x) -> bytes:
+    """What a dead letter keeps of a payload that is not bytes (a str, an int …): its text, UTF-8 encoded — the
+    reason says it was not bytes, and nothing of it is lost."""
+    try:
+        return (x if isinstance(x, str) else repr(x)).encode("utf-8", "backslashreplace")
+    except Exception:  # pragma: no cover - an object whose repr fails
+        return b""
+
+
 def parse_batch(raws: list[bytes], *, fast: bool = True) -> tuple[EventBatch, list[DeadLetter]]:
     """Parse many payloads into an :class:`EventBatch`; bad ones come back as dead letters (order kept).
 
@@ -319,6 +328,8 @@ def parse_batch(raws: list[bytes], *, fast: bool = True) -> tuple[EventBatch, li
     n = len(raws)
     dead: dict[int, BadEvent] = {}
     lens = None
+    if any(type(r) is memoryview for r in raws):  # accepted as bytes, as parse_event does
+        raws = [bytes(r) if type(r) is memoryview else r for r in raws]
     if set(map(type, raws)) <= {bytes}:
         lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
         for i in np.flatnonzero(lens > MAX_PAYLOAD_BYTES).tolist():
@@ -371,6 +382,6 @@ def parse_batch(raws: list[bytes], *, fast: bool = True) -> tuple[EventBatch, li
     if codes is not None and user_codes is not None:
         batch.user_dict, batch.user_codes = codes[0], user_codes
         batch.item_dict, batch.item_codes = codes[1], item_codes
-    dl = [DeadLetter(bytes(raws[i]) if isinstance(raws[i], (bytes, bytearray)) else b"", dead[i].reason,
-                     dead[i].detail) for i in sorted(dead)]
+    dl = [DeadLetter(bytes(raws[i]) if isinstance(raws[i], (bytes, bytearray)) else _as_payload(raws[i]),
+                     dead[i].reason, dead[i].detail) for i in sorted(dead)]
     return batch, dl

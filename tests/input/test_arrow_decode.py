@@ -20,7 +20,11 @@ from streamdp.noise.generator import synthetic_data_generator
 
 from test_events import MALFORMED  # noqa: E402 (same folder, rootdir-relative import)
 
-pytestmark = pytest.mark.skipif(not arrow_decode.AVAILABLE, reason="pyarrow not installed")
+
+
+def test_pyarrow_is_installed():
+    """pyarrow is a dependency (pyproject): without it the fast path would be silently off — a failure here."""
+    assert arrow_decode.AVAILABLE
 
 FIELDS = ("ts", "value", "loc", "item_offsets", "source_rows")
 

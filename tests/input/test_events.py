@@ -6,7 +6,7 @@ import numpy as np
 import orjson
 import pytest
 
-from streamdp.input.events import MAX_ITEMS, MAX_PAYLOAD_BYTES, BadEvent, parse_batch, parse_event
+from streamdp.input.events import FAST_MIN_BATCH, MAX_ITEMS, MAX_PAYLOAD_BYTES, BadEvent, parse_batch, parse_event
 
 GOOD = b'{"user": "u1", "ts": 1700000000.5, "items": ["a", "b"], "value": 3.5, "loc": [37.7, -122.4]}'
 
@@ -64,7 +64,20 @@ def test_malformed_event_is_rejected_with_reason(payload, reason):
 
 
 def test_at_least_20_kinds_of_bad_input():
-    assert len({r for _, r in MALFORMED}) >= 12 and len(MALFORMED) >= 20
+    """#5: at least 20 kinds of malformed events, each dead-lettered — asked of the parser, not of this list."""
+    assert len(MALFORMED) >= 20
+    for fast in (True, False):
+        batch, dead = parse_batch([b for b, _ in MALFORMED] * (FAST_MIN_BATCH // len(MALFORMED) + 1), fast=fast)
+        assert len(batch) == 0
+        assert len({d.reason for d in dead}) >= 12
+
+
+def test_payloads_that_are_not_bytes():
+    """A memoryview is bytes (as for parse_event); anything else is dead-lettered not_bytes, keeping its text."""
+    good = orjson.dumps({"user": "m", "ts": 1700000000, "items": ["a"]})
+    batch, dead = parse_batch([memoryview(good), "a str", 12])
+    assert batch.users == ["m"]
+    assert [(d.reason, d.payload) for d in dead] == [("not_bytes", b"a str"), ("not_bytes", b"12")]
 
 
 def test_batch_keeps_good_events_and_dead_letters_bad_ones_in_order():
@@ -81,7 +94,7 @@ def test_batch_keeps_good_events_and_dead_letters_bad_ones_in_order():
     np.testing.assert_array_equal(np.diff(batch.item_offsets), np.ones(len(MALFORMED)))
 
 
-def test_batch_fast_path_equals_slow_path():
+def test_a_bad_payload_does_not_change_the_good_ones_columns():
     good = [orjson.dumps({"user": f"u{i}", "ts": 1.7e9 + i, "items": ["a"] * (i % 3), "value": i})
             for i in range(50)]
     b1, d1 = parse_batch(good)
@@ -90,6 +103,24 @@ def test_batch_fast_path_equals_slow_path():
     assert b1.users == b2.users and b1.items == b2.items
     np.testing.assert_array_equal(b1.ts, b2.ts)
     np.testing.assert_array_equal(b1.item_offsets, b2.item_offsets)
+
+
+def test_batch_fast_path_equals_exact_path_with_hand_written_values():
+    """A batch large enough for the Arrow fast path against the exact (msgspec) path and against values written
+    here: users (an integer user becomes its decimal string), items, ts, value (absent = NaN), loc."""
+    n = FAST_MIN_BATCH + 5
+    good = [orjson.dumps({"user": i if i % 7 == 0 else f"u{i}", "ts": 1.7e9 + i, "items": ["a"] * (i % 3),
+                          **({"value": i / 2} if i % 2 else {}), **({"loc": [1.0, -2.0]} if i % 5 == 0 else {})})
+            for i in range(n)]
+    for fast in (True, False):
+        b, d = parse_batch(good + [b"{"], fast=fast)
+        assert [x.reason for x in d] == ["malformed_json"]
+        assert b.users == [str(i) if i % 7 == 0 else f"u{i}" for i in range(n)]
+        assert b.items == ["a"] * sum(i % 3 for i in range(n))
+        np.testing.assert_array_equal(b.item_offsets, np.concatenate([[0], np.cumsum([i % 3 for i in range(n)])]))
+        np.testing.assert_array_equal(b.ts, 1.7e9 + np.arange(n))
+        np.testing.assert_array_equal(b.value, [i / 2 if i % 2 else np.nan for i in range(n)])
+        np.testing.assert_array_equal(b.loc, [[1.0, -2.0] if i % 5 == 0 else [np.nan, np.nan] for i in range(n)])
 
 
 def test_smuggled_two_values_in_one_payload_is_rejected():
