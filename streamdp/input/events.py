@@ -134,8 +134,9 @@ def _check(e: _Event) -> BadEvent | None:
         return BadEvent("missing_user", "field 'user' is required")
     if e.ts is None:
         return BadEvent("missing_ts", "field 'ts' is required")
-    if isinstance(u, str) and (not u or len(u) > MAX_USER_LEN):
-        return BadEvent("bad_user", f"'user' must have 1..{MAX_USER_LEN} characters")
+    name = u if isinstance(u, str) else str(u)  # an integer user is its decimal string
+    if not name or len(name) > MAX_USER_LEN:
+        return BadEvent("bad_user", f"'user' must have 1..{MAX_USER_LEN} characters (an integer user: digits)")
     if not math.isfinite(e.ts):
         return BadEvent("bad_ts", "'ts' must be finite")
     if not (MIN_TS <= e.ts < MAX_TS):

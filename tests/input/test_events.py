@@ -43,6 +43,7 @@ MALFORMED = [
     (orjson.dumps({"user": "u1", "ts": 1700000000, "items": ["x"] * (MAX_ITEMS + 1)}), "too_many_items"),
     (b'{"user": "u1", "ts": 1700000000, "pad": "' + b"x" * MAX_PAYLOAD_BYTES + b'"}', "oversized"),
     (b'{"user": "' + b"u" * 300 + b'", "ts": 1700000000}', "bad_user"),
+    (b'{"user": ' + b"9" * 300 + b', "ts": 1700000000}', "bad_user"),  # an integer user of 300 digits
 ]
 
 
