@@ -109,3 +109,53 @@ def test_bad_input_goes_to_dead_letter_topic_and_worker_goes_on(tansu, redis_url
     # logs carry no raw event contents
     log = (tmp_path / "worker.log").read_text()
     assert "insulin" not in log and '"user"' not in log and "N14228" not in log
+
+
+def _scrape_labelled(port: int, name: str, label: str) -> dict[str, float]:
+    """{label value: value} of a labelled counter on the worker's Prometheus endpoint."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    pat = re.compile(rf'^{name}{{{label}="([^"]*)"}} (\S+)$')
+    return {m.group(1): float(m.group(2)) for m in map(pat.match, text.splitlines()) if m}
+
+
+def test_dead_letter_counter_rises_by_reason(tansu, redis_url, topic_prefix, tmp_path, nyc_events):
+    """DESIGN §6: a bad event goes to the dead-letter topic with a reason AND a counter rises —
+    streamdp_dead_letters_total{reason} equals the catalogue's reasons exactly (nothing missed, nothing twice)."""
+    import time
+
+    from conftest import free_port
+
+    raw = service_config(topic_prefix, tansu.bootstrap, partitions=1)
+    cfg = write_config(tmp_path / "service.toml", raw)
+    good = [e for e in nyc_events[:300] if b'"user"' in e]
+    events = good[:150] + [p for p, _ in MALFORMED] + good[150:]
+    expected = collections.Counter(r for _, r in MALFORMED)
+    _, dead_good, _ = embedded_releases(raw, good)
+    expected += collections.Counter(d.reason for d in dead_good)
+    produce(tansu.bootstrap, raw["kafka"]["input_topic"], events, 1)
+    port = free_port()
+    p = start_worker(["--config", cfg, "--store", redis_url, "--standalone", "--metrics-port", str(port)],
+                     log_path=str(tmp_path / "worker.log"))
+    try:
+        got, t0 = {}, time.monotonic()
+        while time.monotonic() - t0 < 60:
+            try:
+                got = _scrape_labelled(port, "streamdp_dead_letters_total", "reason")
+            except OSError:  # not serving yet
+                got = {}
+            if sum(got.values()) >= sum(expected.values()):
+                break
+            assert p.poll() is None, (tmp_path / "worker.log").read_text()[-2000:]
+            time.sleep(0.3)
+        time.sleep(1.0)  # a late double count would show now
+        got = _scrape_labelled(port, "streamdp_dead_letters_total", "reason")
+        assert {k: int(v) for k, v in got.items() if v} == dict(expected)
+    finally:
+        p.terminate()
+        p.wait(30)
+    dl = read_topic(tansu.bootstrap, raw["kafka"]["dead_letter_topic"], sum(expected.values()))
+    assert collections.Counter(orjson.loads(v)["reason"] for *_, v in dl) == expected
