@@ -37,6 +37,9 @@ def register(sub) -> None:
     p.add_argument("--session-timeout-ms", type=int, default=None,
                    help="consumer-group session timeout (default: kafka.session_timeout_ms, 10000; heartbeats every "
                         "1/6 of it)")
+    p.add_argument("--allow-empty-store", action="store_true",
+                   help="start over although the budget store has no checkpoint while Kafka has offsets this group "
+                        "committed (the store lost its state): every window is released again with fresh noise")
     p.add_argument("--store-wait", type=float, default=None, metavar="SECONDS",
                    help="an unreachable budget store at start is retried with backoff for this long (default: until "
                         "it answers or SIGTERM)")
@@ -129,7 +132,8 @@ def run_worker(args) -> int:
     opts = WorkerOptions.from_config(cfg.kafka, checkpoint_seconds=args.checkpoint_seconds,
                                      checkpoint_batches=args.checkpoint_batches, drain_idle=args.drain_idle,
                                      session_timeout_ms=args.session_timeout_ms, use_group=not args.standalone,
-                                     heartbeat_interval_ms=max(100, args.session_timeout_ms // 6), role=args.role)
+                                     heartbeat_interval_ms=max(100, args.session_timeout_ms // 6), role=args.role,
+                                     allow_empty_store=args.allow_empty_store or None)
     if cfg.service["unsafe_test_seed"] is not None:
         print("WARNING: unsafe test seed in use — these releases are NOT differentially private", file=sys.stderr)
     worker = KafkaWorker(cfg, store, client_kw, opts, metrics=metrics)

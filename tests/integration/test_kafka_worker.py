@@ -159,3 +159,24 @@ def test_dead_letter_counter_rises_by_reason(tansu, redis_url, topic_prefix, tmp
         p.wait(30)
     dl = read_topic(tansu.bootstrap, raw["kafka"]["dead_letter_topic"], sum(expected.values()))
     assert collections.Counter(orjson.loads(v)["reason"] for *_, v in dl) == expected
+
+
+def test_a_budget_store_that_lost_its_state_is_refused(tansu, redis_url, topic_prefix, tmp_path, nyc_events):
+    """Redis came back empty (no persistence, a flush) while Kafka still holds this group's committed offsets:
+    starting over would release every window again with fresh noise and reset every budget. The worker refuses
+    (exit 4, nothing charged) unless --allow-empty-store says it is meant."""
+    import redis as redis_mod
+
+    raw = service_config(topic_prefix, tansu.bootstrap, partitions=2)
+    cfg = write_config(tmp_path / "service.toml", raw)
+    produce(tansu.bootstrap, raw["kafka"]["input_topic"], nyc_events[:3000], 2)
+    assert run_to_completion(cfg, redis_url, tmp_path / "w1.log", extra=["--standalone"]) == 0, \
+        (tmp_path / "w1.log").read_text()[-2000:]
+    r = redis_mod.Redis.from_url(redis_url)
+    assert r.dbsize() > 0
+    r.flushall()  # the store loses its state; Kafka keeps the committed offsets
+    assert run_to_completion(cfg, redis_url, tmp_path / "w2.log", extra=["--standalone"]) == 4
+    assert "the store lost its state" in (tmp_path / "w2.log").read_text()
+    assert not list(RedisBudgetStore.from_url(redis_url).iter_users())  # nobody charged: nothing released
+    assert run_to_completion(cfg, redis_url, tmp_path / "w3.log", extra=["--standalone", "--allow-empty-store"]) == 0
+    assert list(RedisBudgetStore.from_url(redis_url).iter_users())  # started over, as asked

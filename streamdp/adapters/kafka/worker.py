@@ -115,6 +115,10 @@ class WorkerOptions:
     # watermark alignment (alignment.py): pause input partitions whose fetched events run more than this many
     # seconds of event time ahead of the others (None: two windows; 0: off). Role "all" only.
     max_partition_skew_seconds: float | None = None
+    # an empty checkpoint while Kafka holds offsets committed by this group means the budget store lost its state
+    # (restarted without persistence, flushed): starting over would re-release every window with fresh noise and
+    # reset every budget — refused unless the operator says it is meant (``--allow-empty-store``)
+    allow_empty_store: bool = False
 
     @classmethod
     def from_config(cls, kafka: dict, **over) -> "WorkerOptions":
@@ -518,6 +522,9 @@ class KafkaWorker:
         while True:
             try:
                 ck = self.ckpt.claim(self.worker_id)
+                if ck.state is None and not self.opts.allow_empty_store and await self._committed_elsewhere():
+                    self._refuse_empty_store()
+                    return
                 self._restore(ck)
                 if ck.pending:
                     await self._publish(ck.pending)
@@ -538,6 +545,27 @@ class KafkaWorker:
         log.info("owner: restored checkpoint", extra={"worker": self.worker_id, "version": ck.version,
                                                       "partitions": sorted(self.owned), "offsets": ck.offsets,
                                                       "last_closed": self.engine.windows.last_closed})
+
+    async def _committed_elsewhere(self) -> dict[int, int]:
+        """Offsets this group has committed in Kafka on the owned partitions (committed only after a checkpoint)."""
+        from aiokafka import TopicPartition
+
+        out = {}
+        for p in sorted(self.owned):
+            off = await self.consumer.committed(TopicPartition(self.source_topic, p))
+            if off is not None and off > 0:
+                out[p] = int(off)
+        return out
+
+    def _refuse_empty_store(self) -> None:
+        log.error("the budget store holds no checkpoint, but Kafka holds offsets this group committed after "
+                  "checkpointing: the store lost its state (restarted without persistence? flushed?). Starting over "
+                  "would re-release every window with fresh noise and reset every budget. Restore the store from "
+                  "a backup, or, if starting over is meant, run with --allow-empty-store (or a new group id)",
+                  extra={"worker": self.worker_id, "group": self.group, "topic": self.source_topic})
+        self.engine = self.stage = None
+        self.exit_code = 4
+        self.stopping.set()
 
     def _restore(self, ck: Checkpoint) -> None:
         self.dstore.discard()
