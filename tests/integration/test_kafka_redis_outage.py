@@ -260,3 +260,81 @@ def test_redis_outage_during_final_drain_equals_undisturbed_run(tansu, undisturb
         _stop(proc)
     assert count_msg(log, RESTORED) >= 2
     _assert_equals_undisturbed(undisturbed, raw, persistent_redis)
+
+
+def test_sigterm_during_an_outage_exits_cleanly_and_the_next_start_equals_undisturbed(
+        tansu, undisturbed, persistent_redis, topic_prefix, tmp_path):
+    """SIGTERM while Redis is down (a rolling update during an outage): the worker stops within a moment, with exit
+    code 5 and one log line, no traceback and nothing published; started again once Redis is back, it restores the
+    last checkpoint and ends equal to the undisturbed run."""
+    events = undisturbed.events
+    raw = service_config(topic_prefix + "term.", tansu.bootstrap, partitions=PARTITIONS, service=SERVICE)
+    raw["kafka"]["batch_max_records"] = 500
+    topic = raw["kafka"]["input_topic"]
+    out_topics = [raw["kafka"]["output_prefix"] + q["id"] for q in raw["query"]]
+    log = tmp_path / "term.log"
+    produce(tansu.bootstrap, topic, events[:PART_A], PARTITIONS)
+    end_a = positions(tansu.bootstrap, topic, PART_A)
+    proc = _start(raw, persistent_redis, tmp_path, log, 60.0)  # no drain while the test holds the outage
+    try:
+        _wait_quiescent(persistent_redis, raw, end_a, proc)
+        persistent_redis.kill()
+        before = records(tansu.bootstrap, out_topics, 1)
+        produce(tansu.bootstrap, topic, events[PART_A:], PARTITIONS)
+        wait_for(lambda: count_msg(log, STEP_FAILED) >= 1, 30, "a failed step while Redis is down", proc)
+        t0 = time.monotonic()
+        proc.terminate()
+        assert proc.wait(15) == 5
+        assert time.monotonic() - t0 < 12  # the restore's backoff wait ends at SIGTERM
+    finally:
+        _stop(proc)
+    text = log.read_text()
+    assert "Traceback" not in text and "stopping while the checkpoint cannot be restored" in text
+    assert records(tansu.bootstrap, out_topics) == before  # nothing published while Redis was down
+    persistent_redis.start()
+    proc = _start(raw, persistent_redis, tmp_path, tmp_path / "term2.log", 3.0)
+    try:
+        assert proc.wait(90) == 0, (tmp_path / "term2.log").read_text()
+    finally:
+        _stop(proc)
+    _assert_equals_undisturbed(undisturbed, raw, persistent_redis)
+
+
+def test_a_persistent_store_error_backs_off_and_recovers_equal_to_undisturbed(
+        tansu, undisturbed, persistent_redis, topic_prefix, tmp_path):
+    """A server-side error that survives the restore (a user's hash replaced by a string: WRONGTYPE in the admit
+    script) must not spin: failed steps back off (0.2 s doubling). Once the key is repaired, the worker goes on and
+    ends equal to the undisturbed run (an admit that failed half-way is replayed idempotently)."""
+    events = undisturbed.events
+    raw = service_config(topic_prefix + "wrong.", tansu.bootstrap, partitions=PARTITIONS, service=SERVICE)
+    raw["kafka"]["batch_max_records"] = 500
+    topic = raw["kafka"]["input_topic"]
+    log = tmp_path / "wrong.log"
+    produce(tansu.bootstrap, topic, events[:PART_A], PARTITIONS)
+    end_a = positions(tansu.bootstrap, topic, PART_A)
+    proc = _start(raw, persistent_redis, tmp_path, log, 4.0)
+    r = redis.Redis.from_url(persistent_redis.url)
+    try:
+        _wait_quiescent(persistent_redis, raw, end_a, proc)
+        # a user of part A who comes back early in part B: their hash exists, their next admit will fail
+        seen_a = {user_key(e) for e in events[:PART_A]}
+        user = next(u for u in (user_key(e) for e in events[PART_A:PART_A + 300]) if u in seen_a).decode()
+        st = RedisBudgetStore.from_url(persistent_redis.url)
+        key = st._user_key(user)
+        st.close()
+        saved = r.dump(key)
+        assert saved is not None
+        r.delete(key)
+        r.set(key, "not a hash")
+        produce(tansu.bootstrap, topic, events[PART_A:], PARTITIONS)
+        wait_for(lambda: count_msg(log, STEP_FAILED) >= 1, 30, "a failed step on the broken key", proc)
+        time.sleep(5.0)
+        n_failed = count_msg(log, STEP_FAILED)
+        assert proc.poll() is None
+        assert 2 <= n_failed <= 8, n_failed  # 0.2 + 0.4 + 0.8 + 1.6 + 3.2 s: about 5 in 5 s, not hundreds
+        r.delete(key)
+        r.restore(key, 0, saved)
+        assert proc.wait(90) == 0, log.read_text()
+    finally:
+        _stop(proc)
+    _assert_equals_undisturbed(undisturbed, raw, persistent_redis)

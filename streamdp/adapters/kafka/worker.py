@@ -287,6 +287,7 @@ class KafkaWorker:
         self._last_input = time.monotonic()
         self.closed_windows = 0
         self._carry: Fetched | None = None  # a fetched batch taken from the queue for the next step
+        self._failures = 0  # consecutive failed steps (their backoff)
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -479,12 +480,21 @@ class KafkaWorker:
         try:
             try:
                 await fn(*args)
+                self._failures = 0
                 return True
             except (StoreError, KafkaError, ConnectionError, asyncio.TimeoutError) as e:
                 log.error("step failed; restoring the last checkpoint", extra={"error": str(e),
                                                                                "error_type": type(e).__name__})
                 self.metrics.recoveries.inc()
                 await self._recover()
+                # a failure that persists after the restore (e.g. a server-side error on one key) must not spin:
+                # back off between failed steps, 0.2 s doubling to 10 s (a SIGTERM ends the wait)
+                self._failures += 1
+                delay = min(0.2 * 2 ** (self._failures - 1), 10.0)
+                try:
+                    await asyncio.wait_for(self.stopping.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
         except Fenced as e:
             log.error("fenced: another worker owns the checkpoint; exiting", extra={"error": str(e)})
             self.engine = self.stage = None
@@ -536,10 +546,17 @@ class KafkaWorker:
             except Fenced:
                 raise
             except Exception as e:  # Redis down, Kafka down: back off and retry
-                if self.stopping.is_set():
-                    raise
+                if self.stopping.is_set():  # SIGTERM during an outage: nothing to save, nothing was published
+                    log.error("stopping while the checkpoint cannot be restored; nothing is lost: the next start "
+                              "restores it", extra={"worker": self.worker_id, "error": str(e)})
+                    self.engine = self.stage = None
+                    self.exit_code = 5
+                    return
                 log.warning("restore failed; retrying", extra={"error": str(e), "retry_in": delay})
-                await asyncio.sleep(delay)
+                try:  # a SIGTERM ends the wait
+                    await asyncio.wait_for(self.stopping.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
                 delay = min(delay * 2, 10.0)
         self.metrics.owner.set(1)
         log.info("owner: restored checkpoint", extra={"worker": self.worker_id, "version": ck.version,
