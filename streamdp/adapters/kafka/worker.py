@@ -538,6 +538,7 @@ class KafkaWorker:
                 self._restore(ck)
                 if ck.pending:
                     await self._publish(ck.pending)
+                    self.faults.hit("after_republish")
                     self.ckpt.ack(ck.version)
                     log.info("re-published pending records", extra={"records": len(ck.pending),
                                                                     "version": ck.version})
@@ -768,7 +769,7 @@ class KafkaWorker:
     async def _publish(self, records: list[PendingRecord]) -> None:
         if not records:
             return
-        if self.faults.point == "mid_publish":  # test-only: a crash with exactly the first record published
+        if "mid_publish" in self.faults.points:  # test-only: a fault with exactly the first record published
             first = await self.producer.send(records[0].topic, value=records[0].value, key=records[0].key.encode())
             await first
             self.faults.hit("mid_publish")
