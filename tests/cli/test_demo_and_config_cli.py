@@ -65,8 +65,8 @@ def test_config_check_ok(capsys):
      "query[0].bogus"),
     ("[service]\nwindow_seconds = 60\n[budget]\nzcdp_rho = -2\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
      "budget.zcdp_rho"),
-    ("[service]\nwindow_seconds = 60\n[budget]\nzcdp_delta = 1.0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
-     "budget.zcdp_delta"),
+    ("[service]\nwindow_seconds = 60\n[budget]\nzcdp_delta = 1.0\n[[query]]\nid='a'\nkind='continual_counts'\n"
+     "sigma=1\n", "budget.zcdp_delta"),
     # values that used to pass the check and fail later (a crash at the first window close, a retry loop, an
     # overflow, dead letters read back forever): refused at start with the field or query named
     ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\nepsilon=5000\n", "query[0]: kind 'top_k'"),

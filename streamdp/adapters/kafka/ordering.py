@@ -17,8 +17,9 @@ Rejections happen on arrival with the engine's own rules and reason codes: ``lat
 ``before_origin`` and ``too_far_in_future`` (more than ``max_future_seconds`` after the stream's position: the
 watermark, else the partition's newest event time, else the batch's upper median — see
 :func:`~streamdp.windows.tumbling.stream_position`; while the origin is still to be derived, times as far before
-it are ``before_origin``); they are counted in the engine's counters. Determinism holds when the origin is configured, each partition's disorder stays
-within ``allowed_lateness`` (then no event is late, whatever the timing) and no idle timeout fires.
+it are ``before_origin``); they are counted in the engine's counters. Determinism holds when the origin is
+configured, each partition's disorder stays within ``allowed_lateness`` (then no event is late, whatever the
+timing) and no idle timeout fires.
 """
 
 from __future__ import annotations

@@ -164,7 +164,8 @@ def _paper_eta(gamma, l, w):
 
 def test_eta_threshold_known_answer():
     """η_i = η(1/√(2ρ_i)) (000 App. B, last paragraph: γ = the std of the Gaussian noise Z/√(2ρ_i) on Proj_Γ)."""
-    # hand values: ρ = 1/8 ⇒ γ = 2, l = w = 8.5 ⇒ a = 1/4, η = −1/2;  ρ = 1/50 ⇒ γ = 5, (l, w) = (4, 6) ⇒ a = 4/5, η = −4
+    # hand values: ρ = 1/8 ⇒ γ = 2, l = w = 8.5 ⇒ a = 1/4, η = −1/2;
+    #              ρ = 1/50 ⇒ γ = 5, (l, w) = (4, 6) ⇒ a = 4/5, η = −4
     assert eta_threshold(1 / 8, 8.5, 8.5) == pytest.approx(-0.5, rel=1e-12)
     assert eta_threshold(1 / 50, 4.0, 6.0) == pytest.approx(-4.0, rel=1e-12)
     assert eta_threshold(1 / 50, 4.0, 21.0) == pytest.approx(-3.5, rel=1e-12)  # a = 7/10 (one side ≤ 2γ)
