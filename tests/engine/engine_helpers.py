@@ -44,6 +44,38 @@ def ev(user, ts, items=(), value=None):
     return orjson.dumps(d)
 
 
+def ev_at(user, ts, loc=None, items=()):
+    """An event with an optional [lat, lon] (the located-query tests)."""
+    d = {"user": user, "ts": ts, "items": list(items)}
+    if loc is not None:
+        d["loc"] = [float(loc[0]), float(loc[1])]
+    return orjson.dumps(d)
+
+
+class RecordingStore(MemoryBudgetStore):
+    """The in-memory store, recording every reservation and every settle per window seq, as ``project(cost vector)``
+    (by default the whole fixed-point vector)."""
+
+    project = staticmethod(np.array)
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.admits, self.settles = {}, {}
+
+    def admit(self, scope, seq, users, costs):
+        ok = super().admit(scope, seq, users, costs)
+        self.admits[seq] = {u: self.project(c) for u, c in zip(users, costs)}
+        return ok
+
+    def settle(self, scope, seq, users, actual):
+        super().settle(scope, seq, users, actual)
+        self.settles[seq] = {u: self.project(c) for u, c in zip(users, actual)}
+
+    def charged(self, seq, user):
+        """What ``user`` finally pays for window ``seq`` (no settle call when it equals the reservation)."""
+        return self.settles.get(seq, {}).get(user, self.admits[seq][user])
+
+
 def engine(queries, budget: Cost, seed: int = 11, horizon: int = 8, store_cls=MemoryBudgetStore):
     """A test-mode engine (windows of 10 s from 0, deterministic noise) over a fresh store: (engine, store)."""
     store = store_cls(budget_vector(budget))

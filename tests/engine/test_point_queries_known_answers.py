@@ -18,49 +18,25 @@ import math
 from fractions import Fraction
 
 import numpy as np
-import orjson
 import pytest
 from scipy import stats
 
 from streamdp.accounting.cost import COMPONENTS, Cost
 from streamdp.engine.queries.adaptive_point import KDEPoint, KNNPoint
-from streamdp.filter.memory import MemoryBudgetStore
 from streamdp.mechanisms.adaptive.knn import knn_pie
 from streamdp.noise.generator import unsafe_seeded_generator
 
-from engine_helpers import engine as make_engine, run
+from engine_helpers import RecordingStore as SharedRecordingStore, engine as make_engine, ev_at as ev, run
 
 CGP = COMPONENTS.index("cgp_rho")
 GRID = 10**12  # fixed point: 1 unit = 1e-12 ρ per m²
 P_MIN = 1e-6
 
 
-def ev(user, ts, loc=None, items=()):
-    d = {"user": user, "ts": ts, "items": list(items)}
-    if loc is not None:
-        d["loc"] = [float(loc[0]), float(loc[1])]
-    return orjson.dumps(d)
+class RecordingStore(SharedRecordingStore):
+    """Records the CGP component of every reservation and settle, as a plain int."""
 
-
-class RecordingStore(MemoryBudgetStore):
-    """The in-memory store, recording every reservation and every settle per window seq."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.admits, self.settles = {}, {}
-
-    def admit(self, scope, seq, users, costs):
-        ok = super().admit(scope, seq, users, costs)
-        self.admits[seq] = {u: int(c[CGP]) for u, c in zip(users, costs)}
-        return ok
-
-    def settle(self, scope, seq, users, actual):
-        super().settle(scope, seq, users, actual)
-        self.settles[seq] = {u: int(c[CGP]) for u, c in zip(users, actual)}
-
-    def charged(self, seq, user):
-        """What ``user`` finally pays for window ``seq`` (no settle call when it equals the reservation)."""
-        return self.settles.get(seq, {}).get(user, self.admits[seq][user])
+    project = staticmethod(lambda c: int(c[CGP]))
 
 
 def alg3(B_i: int, B: int, l: int, m: int) -> int:

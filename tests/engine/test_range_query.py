@@ -25,42 +25,17 @@ from streamdp.engine.engine import ReleaseEngine
 from streamdp.engine.pipeline import EmbeddedPipeline
 from streamdp.engine.queries.adaptive_point import KDEPoint, KNNPoint, ThresholdCount
 from streamdp.engine.queries.range_counts import RangeCounts, fixed_up
-from streamdp.filter.memory import MemoryBudgetStore
 from streamdp.mechanisms.adaptive.pie import split_rounds
 from streamdp.mechanisms.adaptive.sequential import reservation_to_rho
 from streamdp.noise.generator import synthetic_data_generator
 from streamdp.outputs.sinks import ListSink
 
-from engine_helpers import engine as make_engine, run
+from engine_helpers import RecordingStore, engine as make_engine, ev_at as ev, run
 
 CGP = COMPONENTS.index("cgp_rho")
 ZRHO = COMPONENTS.index("zcdp_rho")
 R_EARTH = 6_371_008.8
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
-
-
-def ev(user, ts, loc=None, items=()):
-    d = {"user": user, "ts": ts, "items": list(items)}
-    if loc is not None:
-        d["loc"] = [float(loc[0]), float(loc[1])]
-    return orjson.dumps(d)
-
-
-class RecordingStore(MemoryBudgetStore):
-    """The in-memory store, recording every admitted reservation and every settle (per window seq)."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.admits, self.settles = {}, {}
-
-    def admit(self, scope, seq, users, costs):
-        ok = super().admit(scope, seq, users, costs)
-        self.admits[seq] = {u: np.array(c) for u, c, a in zip(users, costs, ok)}
-        return ok
-
-    def settle(self, scope, seq, users, actual):
-        super().settle(scope, seq, users, actual)
-        self.settles[seq] = {u: np.array(c) for u, c in zip(users, actual)}
 
 
 def engine(queries, budget: Cost, seed=11, store_cls=RecordingStore):
