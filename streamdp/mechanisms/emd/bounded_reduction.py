@@ -13,6 +13,12 @@ transport plan between the resamples, with probability ≥ 1 − δ_s
 
 Theorem 5.3: if the inner mechanism is (α, δ)-bounded d_EM-DP, the whole is (τ, α·b(τ), δ + δ_s)-discrete
 d_EM-DP (004 Def. 5.1): for all D, D' with d_EM(D, D') ≤ τ, Pr[M(D) ∈ S] ≤ e^{α·b(τ)}·Pr[M(D') ∈ S] + δ + δ_s.
+
+There is deliberately no :class:`~streamdp.accounting.cost.Cost` for it. The ``emd`` notion of the filters is
+(α, δ) per unit of d_EM: ε = α·d for every pair at distance d. The reduction's ε = α·b(d) keeps the additive
+(7/6)·α·log(1/δ_s)/m0 as d → 0, so no α per unit d holds for close pairs; and reaching farther pairs by group
+privacy in steps of τ multiplies δ as well. (A ``cost(τ)`` recording α·b(τ)/τ per unit existed and under-stated
+ε below τ; no query used it; it was removed.) Charging the reduction needs a discrete-d_EM notion in the filter.
 """
 
 from __future__ import annotations
@@ -20,8 +26,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-from streamdp.accounting.cost import Cost
 
 __all__ = ["bernstein_b", "BoundedEMDReduction"]
 
@@ -73,15 +77,3 @@ class BoundedEMDReduction:
     def discrete_guarantee(self, tau: float) -> tuple[float, float]:
         """(ε, δ) for every pair with d_EM ≤ τ: (α·b(τ), δ + δ_s) — 004 Thm 5.3."""
         return self.inner_alpha * self.b(tau), self.inner_delta + self.delta_s
-
-    def cost(self, tau: float) -> Cost:
-        """Cost in the ``emd`` notion at granularity τ > 0: α_eff = α·b(τ)/τ per unit d_EM, δ = δ + δ_s.
-
-        Pairs with d_EM = τ get ε = α_eff·τ exactly; pairs closer than τ are protected only at ε = α·b(τ)
-        (discrete d_EM-DP, 004 Def. 5.1), farther pairs by group privacy in steps of τ (004 Fact 5.1).
-        """
-        tau = float(tau)
-        if not math.isfinite(tau) or tau <= 0:
-            raise ValueError(f"tau must be finite and > 0, got {tau!r}")
-        eps, delta = self.discrete_guarantee(tau)
-        return Cost.emd(eps / tau, delta)
