@@ -159,6 +159,12 @@ def parse_config(raw: dict) -> ServiceConfig:
                         raw=raw)
     cfg.build_queries()  # validates every query table (and constructs them once)
     check_topics(kafka, ids)
+    from streamdp.adapters.kafka.broker_config import check_security
+
+    try:
+        check_security(kafka)  # `streamdp run` would refuse these at start; `config check` says so now
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     return cfg
 
 

@@ -62,9 +62,22 @@ def test_plaintext_default():
     ({"sasl_username": "u", "sasl_password": "p"}, "sasl_mechanism"),
     ({"ssl_cafile": "/x.pem"}, "ssl_cafile"),
 ])
-def test_inconsistent_security_settings_name_the_field(settings, field):
+def test_inconsistent_security_settings_name_the_field(settings, field, tmp_path, capsys):
+    # refused when the configuration is read (so `streamdp config check` says it, not only `streamdp run`) ...
+    with pytest.raises(ConfigError, match=field):
+        kafka_section(**settings)
+    # ... and by the client settings themselves
+    defaults = kafka_section()
     with pytest.raises(ValueError, match=field):
-        client_kwargs(kafka_section(**settings))
+        client_kwargs({**defaults, **settings})
+    from streamdp.cli.main import main
+
+    lines = [f"{k} = {v!r}" for k, v in settings.items()]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[kafka]\n" + "\n".join(lines).replace("'", '"') + "\n[service]\nwindow_seconds = 60\n"
+                   "[[query]]\nid = 'c'\nkind = 'continual_counts'\nsigma = 1.0\n")
+    assert main(["config", "check", str(cfg)]) == 1
+    assert field in capsys.readouterr().err
 
 
 def test_unknown_protocol_is_a_config_error():
