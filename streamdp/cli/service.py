@@ -8,8 +8,10 @@ holds the budgets, the release log and the worker's checkpoints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 
 from streamdp.cli.arguments import positive_int
@@ -127,7 +129,17 @@ def run_worker(args) -> int:
         raise CLIError("--session-timeout-ms must be ≥ 1000")
     setup_logging(args.log_format, args.log_level.upper())
     client_kw = _client_kw(cfg, "streamdp-worker")
-    store = open_store_retrying(url, budget_vector(cfg.budget), args.store_wait)
+    try:
+        with _signals_stop():
+            store = open_store_retrying(url, budget_vector(cfg.budget), args.store_wait)
+    except _Stopped:
+        import logging
+
+        from streamdp.adapters.kafka.topics import EXIT_STOPPED_IN_OUTAGE
+
+        logging.getLogger("streamdp.worker").error(
+            "stopping while the budget store is unreachable at start; nothing was consumed or published")
+        return EXIT_STOPPED_IN_OUTAGE
     metrics = WorkerMetrics()
     port = args.metrics_port if args.metrics_port is not None else cfg.kafka["metrics_port"]
     if port:
@@ -144,6 +156,25 @@ def run_worker(args) -> int:
         return asyncio.run(worker.run())
     finally:
         store.close()
+
+
+class _Stopped(Exception):
+    """SIGTERM / SIGINT arrived while the worker waited for its budget store at start."""
+
+
+@contextlib.contextmanager
+def _signals_stop():
+    """Within the block SIGTERM and SIGINT raise :class:`_Stopped` (the wait for the store is plain ``time.sleep``;
+    the worker's own handlers are installed only once its event loop runs)."""
+    def stop(signum, frame):
+        raise _Stopped()
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def open_store_retrying(url: str, budget, wait: float | None, *, sleep=None, clock=None):

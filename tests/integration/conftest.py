@@ -41,9 +41,9 @@ def tansu_binary() -> str:
 
 
 class TansuBroker:
-    def __init__(self) -> None:
+    def __init__(self, port: int | None = None) -> None:
         self.exe = tansu_binary()
-        self.port = free_port()
+        self.port = port or free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="streamdp-tansu-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [self.exe, "broker", "--listener-url", f"tcp://127.0.0.1:{self.port}",

@@ -31,7 +31,8 @@ import numpy as np
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import ForwardRecord, encode
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, split_runs
-from streamdp.adapters.kafka.topics import stop_clients, stop_on_signals, topic_partitions
+from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, start_retrying, stop_clients, stop_on_signals,
+                                            topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 
 log = logging.getLogger("streamdp.kafka")
@@ -108,8 +109,11 @@ class IngestWorker:
         self.stopping.set()
 
     async def run(self) -> int:
-        await self.start()
         stop_on_signals(self.request_stop)
+        if not await start_retrying(self.start, self.stop, self.stopping):
+            log.error("stopping while Kafka is unreachable at start; nothing was forwarded",
+                      extra={"worker": self.worker_id})
+            return EXIT_STOPPED_IN_OUTAGE
         try:
             await self._loop()
         finally:

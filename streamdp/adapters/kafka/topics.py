@@ -11,6 +11,7 @@ import time
 log = logging.getLogger("streamdp.kafka")
 
 TOPIC_EXISTS = 36  # Kafka error code TOPIC_ALREADY_EXISTS
+OUTPUT_TOPIC_CONFIGS = {"cleanup.policy": "compact"}  # output topics the worker creates (one record per release key)
 
 
 def output_topic(kafka: dict, query_id: str) -> str:
@@ -50,6 +51,33 @@ def stop_on_signals(request_stop) -> None:
             loop.add_signal_handler(sig, request_stop)
         except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
             pass
+
+
+EXIT_STOPPED_IN_OUTAGE = 5  # `streamdp run` exit code: SIGTERM while a store or Kafka outage holds the worker
+
+
+async def start_retrying(start, stop, stopping: asyncio.Event, *, first_delay: float = 0.5,
+                         max_delay: float = 10.0) -> bool:
+    """``await start()``; while Kafka cannot be reached (any ``KafkaError`` or ``OSError``: no broker, a
+    metadata timeout, a refused connection), ``await stop()`` the half-started clients and try again after a
+    backoff (0.5 s doubling to 10 s) — DESIGN.md §6: an unreachable dependency is retried, not a crash.
+    Returns False when ``stopping`` is set meanwhile (nothing was consumed, charged or published)."""
+    from aiokafka.errors import KafkaError
+
+    delay = first_delay
+    while True:
+        try:
+            await start()
+            return True
+        except (KafkaError, OSError) as e:
+            await stop()
+            log.warning("Kafka unreachable at start; retrying", extra={"error": str(e) or type(e).__name__,
+                                                                       "retry_in": delay})
+        try:
+            await asyncio.wait_for(stopping.wait(), delay)
+            return False
+        except asyncio.TimeoutError:
+            delay = min(2 * delay, max_delay)
 
 
 async def stop_clients(*clients) -> None:

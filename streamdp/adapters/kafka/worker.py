@@ -63,7 +63,8 @@ from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import accept as accept_forward
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, offsets_and_values, split_runs
 from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
-from streamdp.adapters.kafka.topics import (ensure_topics, forward_topic, output_topic, stop_clients, stop_on_signals,
+from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, OUTPUT_TOPIC_CONFIGS, ensure_topics, forward_topic,
+                                           output_topic, start_retrying, stop_clients, stop_on_signals,
                                            topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseEngine, WindowSummary
@@ -296,9 +297,13 @@ class KafkaWorker:
         o = self.opts
         warm_up_parser()
         if o.create_topics:
-            names = [o.input_topic, *self.topic_of.values(), o.dead_letter_topic]
-            await ensure_topics(self.client_kw, names + ([o.internal_topic] if self.coordinator else []),
-                                o.partitions)
+            names = [o.input_topic, o.dead_letter_topic] + ([o.internal_topic] if self.coordinator else [])
+            await ensure_topics(self.client_kw, names, o.partitions)
+            # releases are keyed by (query, epoch, window) and a re-publish repeats key and bytes: compaction keeps
+            # one record per release; a topic takes records as large as the producer sends (existing topics are
+            # left as they are)
+            await ensure_topics(self.client_kw, list(self.topic_of.values()), o.partitions,
+                                configs={**OUTPUT_TOPIC_CONFIGS, "max.message.bytes": str(o.max_request_bytes)})
         self.producer = AIOKafkaProducer(**self.client_kw, acks="all", linger_ms=0, enable_idempotence=False,
                                          max_request_size=o.max_request_bytes)
         await self.producer.start()
@@ -341,8 +346,11 @@ class KafkaWorker:
         self.stopping.set()
 
     async def run(self) -> int:
-        await self.start()
         stop_on_signals(self.request_stop)
+        if not await start_retrying(self.start, self.stop, self.stopping):
+            log.error("stopping while Kafka is unreachable at start; nothing was consumed or published",
+                      extra={"worker": self.worker_id})
+            return EXIT_STOPPED_IN_OUTAGE
         try:
             await self._loop()
             async with self.lock:
@@ -551,7 +559,7 @@ class KafkaWorker:
                     log.error("stopping while the checkpoint cannot be restored; nothing is lost: the next start "
                               "restores it", extra={"worker": self.worker_id, "error": str(e)})
                     self.engine = self.stage = None
-                    self.exit_code = 5
+                    self.exit_code = EXIT_STOPPED_IN_OUTAGE
                     return
                 log.warning("restore failed; retrying", extra={"error": str(e), "retry_in": delay})
                 try:  # a SIGTERM ends the wait
