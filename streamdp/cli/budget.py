@@ -1,6 +1,6 @@
 """``streamdp budget``: inspect and manage the per-user privacy filters (000 Alg. 1–2; DESIGN.md §3).
 
-    streamdp budget show USER
+    streamdp budget show USER [--delta-prime D] [--gp-within-km KM]
     streamdp budget list [--exhausted] [--top N] [--notion zcdp|cgp|emd]
     streamdp budget stats [--notion zcdp|cgp|emd]
     streamdp budget ledger [--query Q] [--since T]
@@ -16,6 +16,12 @@ A user as JSON (one entry per notion in use, i.e. with a non-zero budget or spen
 
     {"user": "u17", "halted": false,
      "zcdp": {"spent": 0.25, "budget": 1.0, "delta_spent": 1e-08, "delta_budget": 1e-06}}
+
+``show`` also gives what the spend and the budget mean (DESIGN.md §3, :mod:`streamdp.accounting.report`):
+``zcdp`` as (ε, δ + δ′)-DP (CKS conversion) and ``cgp`` as (ε per km, δ + δ′)-geo-privacy for locations at most
+``--gp-within-km`` apart (003 Lemma 3.7); δ′ is ``--delta-prime`` (default 1e-6). In JSON under ``converted``::
+
+    "converted": {"zcdp": {"spent": {"epsilon": 2.1, "delta": 1.1e-06}, "budget": {"epsilon": 7.8, "delta": 2e-06}}}
 
 The *used fraction* of a notion is the largest spent/budget over its components with a non-zero budget; the
 *remaining fraction* is one minus it. ``grant`` and ``set-default`` replace the budget of ONE notion (``--rho``
@@ -42,6 +48,7 @@ from typing import Iterable
 import numpy as np
 
 from streamdp.accounting.cost import INT64_MAX, NOTIONS, SCALES, budget_to_fixed, from_fixed
+from streamdp.accounting.report import DEFAULT_DELTA_PRIME, DEFAULT_GP_WITHIN_KM, as_dp, as_gp
 from streamdp.cli.arguments import positive_int
 from streamdp.cli.main import CLIError
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
@@ -178,13 +185,33 @@ def _run(fn):
 
 
 # ------------------------------------------------------------------------------------------------- commands
+def converted_json(rec: UserBudget, delta_prime: float, within_km: float) -> dict:
+    """The spend and budget of each notion in use that has a conversion, as (ε, δ)-DP or as geo-privacy."""
+    out: dict = {}
+    for k, notion in enumerate(NOTIONS):
+        if notion == "emd" or not _in_use(rec.spent, rec.budget, k):
+            continue
+        n = _notion_json(rec.spent, rec.budget, k)
+        if notion == "zcdp":
+            conv = lambda r, d: as_dp(r, d, delta_prime)  # noqa: E731
+        else:
+            conv = lambda r, d: as_gp(r, d, delta_prime, within_km)  # noqa: E731
+        out[notion] = {"spent": conv(n["spent"], n["delta_spent"]), "budget": conv(n["budget"], n["delta_budget"])}
+    return out
+
+
+def _conv_text(c: dict | None, per: str = "") -> str:
+    return "none (unlimited)" if c is None else f"ε = {c[f'epsilon{per}']:.4g}, δ = {c['delta']:.3g}"
+
+
 @_run
 def _show(args, st: BudgetStore) -> int:
     rec = st.get_user(args.user)
     if rec is None:
         raise CLIError(f"unknown user {args.user!r} (the store has never seen it)", code=1)
+    conv = converted_json(rec, args.delta_prime, args.gp_within_km)
     if args.json:
-        _print_json(user_json(rec))
+        _print_json({**user_json(rec), "converted": conv})
         return 0
     print(f"user {rec.user}: {'HALTED' if rec.halted else 'active'}")
     rows = []
@@ -200,6 +227,15 @@ def _show(args, st: BudgetStore) -> int:
         print(_table(["notion", "spent", "budget", "remaining", "δ spent", "δ budget", "δ remaining"], rows))
     else:
         print("(no budget and no spend in any notion)")
+    if "zcdp" in conv:
+        c = conv["zcdp"]
+        print(f"zcdp as (ε, δ)-DP (CKS conversion, δ′ = {args.delta_prime:g}): spent {_conv_text(c['spent'])}; "
+              f"budget {_conv_text(c['budget'])}")
+    if "cgp" in conv:
+        c = conv["cgp"]
+        print(f"cgp as geo-privacy, ε per km for locations ≤ {args.gp_within_km:g} km apart (003 Lemma 3.7, "
+              f"δ′ = {args.delta_prime:g}): spent {_conv_text(c['spent'], '_per_km')}; "
+              f"budget {_conv_text(c['budget'], '_per_km')}")
     return 0
 
 
@@ -421,6 +457,20 @@ def _nonneg_real(text: str) -> float:
     return v
 
 
+def _conversion_delta(text: str) -> float:
+    v = _nonneg_real(text)
+    if not 0.0 < v < 1.0:
+        raise argparse.ArgumentTypeError(f"δ′ must lie in (0, 1), got {text!r}")
+    return v
+
+
+def _positive_real(text: str) -> float:
+    v = _nonneg_real(text)
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return v
+
+
 def _delta_budget(text: str) -> float:
     """A δ budget: in [0, 1), or inf (unlimited). A finite δ of 1 or more guarantees nothing."""
     v = _nonneg_real(text)
@@ -458,6 +508,10 @@ def register(subparsers) -> None:
 
     q = add("show", _show, "one user's spend, budget and status")
     q.add_argument("user")
+    q.add_argument("--delta-prime", type=_conversion_delta, default=DEFAULT_DELTA_PRIME, metavar="D",
+                   help="δ′ of the (ε, δ + δ′) conversions (default %(default)g)")
+    q.add_argument("--gp-within-km", type=_positive_real, default=DEFAULT_GP_WITHIN_KM, metavar="KM",
+                   help="cgp shown as ε per km for locations at most KM apart (default %(default)g)")
     q = add("list", _list, "users by used budget fraction (highest first)", [notion])
     q.add_argument("--exhausted", action="store_true", help="only halted users and users with nothing left")
     q.add_argument("--top", type=positive_int, metavar="N", help="only the N most-used users")

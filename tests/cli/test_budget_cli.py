@@ -72,10 +72,12 @@ def _reopen(url):
 
 def test_show_json_exact_object(capsys, store_url):
     obj = run_json(capsys, "show", "a", "--store", store_url)
+    assert set(obj.pop("converted")) == {"zcdp"}  # see test_show_converted_guarantees
     # fixed point: spent = ceil(cost · scale) / scale, budget = floor(budget · scale) / scale (cost.py)
     assert obj == {"user": "a", "halted": False,
                    "zcdp": {"spent": 0.25, "budget": 1.0, "delta_spent": 1e-8, "delta_budget": 1e-6}}
     vip = run_json(capsys, "show", "vip", "--store", store_url)
+    assert set(vip.pop("converted")) == {"zcdp", "cgp"}
     assert vip == {"user": "vip", "halted": False,
                    "zcdp": {"spent": 1.5, "budget": 5.0, "delta_spent": 0.0, "delta_budget": 1e-6},
                    "cgp": {"spent": 0.5, "budget": 2.0, "delta_spent": 0.0, "delta_budget": 0.0}}
@@ -95,6 +97,28 @@ def test_show_human_table(capsys, store_url):
     for col in ("spent", "budget", "remaining"):
         at = head.index(col)
         assert zcdp[at - 1] == " " and zcdp[at] != " " and cgp[at] != " "
+
+
+def test_show_converted_guarantees(capsys, store_url):
+    """DESIGN §3: reports show the converted guarantees. zCDP (ρ, δ) → (ε, δ + δ′)-DP by CKS; CGP ρ per m² → ε per
+    km (003 Lemma 3.7) — the numbers are those of streamdp.accounting.report (known answers in
+    tests/accounting/test_report.py); here: the right amounts reach the right conversion, in JSON and in text."""
+    from streamdp.accounting.report import as_dp, as_gp
+
+    conv = run_json(capsys, "show", "vip", "--store", store_url, "--delta-prime", "1e-9", "--gp-within-km", "5")
+    conv = conv["converted"]
+    assert conv["zcdp"] == {"spent": as_dp(1.5, 0.0, 1e-9), "budget": as_dp(5.0, 1e-6, 1e-9)}
+    assert conv["cgp"] == {"spent": as_gp(0.5, 0.0, 1e-9, 5.0), "budget": as_gp(2.0, 0.0, 1e-9, 5.0)}
+    assert conv["zcdp"]["budget"]["delta"] == pytest.approx(1e-6 + 1e-9)
+    assert 0 < conv["zcdp"]["spent"]["epsilon"] < conv["zcdp"]["budget"]["epsilon"]
+    rc, out, _ = run(capsys, "show", "vip", "--store", store_url)
+    eps_spent = as_dp(1.5, 0.0)["epsilon"]
+    assert rc == 0 and f"zcdp as (ε, δ)-DP (CKS conversion, δ′ = 1e-06): spent ε = {eps_spent:.4g}" in out
+    assert "cgp as geo-privacy, ε per km for locations ≤ 1 km apart" in out
+    rc, _, err = run(capsys, "show", "vip", "--store", store_url, "--delta-prime", "1")
+    assert rc == 2 and "δ′ must lie in (0, 1)" in err
+    rc, _, err = run(capsys, "show", "vip", "--store", store_url, "--gp-within-km", "0")
+    assert rc == 2 and "expected a finite number > 0" in err
 
 
 def test_unknown_user_one_line_error(capsys, store_url):
