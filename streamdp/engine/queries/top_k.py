@@ -40,7 +40,7 @@ class TopK(WindowQuery):
         keys = unique_sorted(pair_keys(users, items))  # ≤ 1 per (user, item)
         u = keys >> np.int64(32)  # sorted: distinct users are where the user changes
         present = u[np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))]
-        cost = self.pwyg.reserve_cost(self.k).to_fixed()
+        cost = self.pwyg.reserve_cost(self.k).to_fixed()  # 001 Thm 10 / Alg. 4: reserve k(i)·ε²/8 and δ, the worst case
         return Reservation(present, np.tile(cost, (present.size, 1)), private=keys)
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
@@ -57,6 +57,7 @@ class TopK(WindowQuery):
         names = [None if x is BOTTOM else items.names([x])[0] for x in ranked]
         n = len(ranked)
         users = res.users[admitted[res.users]] if res.users.size else res.users
+        # 001 Thm 10: settle to the n items actually returned (n·ε²/8, δ): pay what you get
         actual = np.tile(self.pwyg.call_cost(n).to_fixed(), (users.size, 1))
         values = {"items": names, "bottom": bool(ranked and ranked[-1] is BOTTOM), "stopped": self.pwyg.exhausted,
                   "pwyg_used": self.pwyg.used, "k_star": self.pwyg.k_star}

@@ -63,7 +63,8 @@ class WindowHistogram(WindowQuery):
         self.kbar = int(kbar)
         full = self.mech.cost()  # Thm 7 / Thm 8: (Δ0·ε²/2, δ)
         self.full_cost_fixed = full.to_fixed()
-        # threshold: per kept item ε²/2 and δ/Δ0 (module doc), each rounded up to fixed point, times m_u
+        # threshold: per kept item ε²/2 and δ/Δ0, each rounded up to fixed point, times m_u ≤ Δ0 — at m_u = Δ0 this
+        # is 001 Thm 7's (Δ0·ε²/2, δ); per item is the team's decision (docs/DECISIONS.md, module doc)
         eps = self.mech.epsilon
         self.item_cost_fixed = Cost.zcdp(rho=eps * eps / 2.0, delta=self.mech.delta / self.delta0).to_fixed()
 
