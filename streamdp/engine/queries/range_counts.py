@@ -16,15 +16,18 @@ user, present or not, so r_i ≥ B/m > 0 and at l = m the whole remaining B_i is
 given ``reservation_to_rho(r_i)`` (one ulp below r_i), so its executed cost rounded up to the grid is ≤ r_i. The
 ledger's canonical CGP unit is the metre (:data:`CANONICAL_CGP_UNIT`, shared with the geo kinds): a cost of R per
 unit² (fixed) is recorded as ⌈R / q⌉ per m² with q = (metres per unit)² = 10⁶ for ``units = "km"`` (1 for ``"m"``),
-exactly in integers; for lat/lon input the metres-per-unit factor c is the geo kinds' lower bound over the region
-(:class:`~streamdp.engine.queries.geo.PlanarFrame`) and the cost is ``convert_cgp_rho(R·10⁻¹², c, "m")`` rounded up.
+exactly in integers; for lat/lon input the metres-per-unit factor c is the geo kinds' lower bound over the region's
+folding cap (:class:`~streamdp.engine.queries.geo.PlanarFrame`) and the cost is ``convert_cgp_rho(R·10⁻¹², c, "m")`` rounded up.
 Both maps are monotone, so executed ≤ reserved holds in the canonical unit too.
 
 **Coordinates** (:class:`Coordinates`). ``projection = "none"`` with ``units = "m" | "km"``: ``loc`` is a planar
 point [x, y] in that unit. ``projection = "equirectangular"`` (units m or km): ``loc`` is [lat, lon] in degrees,
 projected around ``ref_lat`` to (x, y) = (R·cos(ref_lat)·λ, R·φ) and scaled to the unit; ``region`` (required)
 bounds the distortion. ``units = "degrees"``: ``loc`` = [lat, lon] used as the planar point (lon, lat) in degrees;
-``region`` required. With lat/lon input, events outside the region are ignored (pay nothing).
+``region`` required. With lat/lon input, a location outside the region is not dropped (that would reveal that the
+user is outside it): the sphere is folded onto the smallest cap around the region and the projected point clamped
+to the region's rectangle, a map that never lengthens a distance, and c is taken over the cap's bounding box
+(:mod:`streamdp.bounding.region_fold`). Locations inside the region are unchanged.
 
 **Window location** of a user: from their events with a usable ``loc``, ``location = last | first | mean`` (by
 event time, ties by arrival order; mean in planar coordinates). Users without one pay nothing and keep B_i.
@@ -167,8 +170,9 @@ def fixed_up(x, scale: int = LOSS_SCALE) -> np.ndarray:
 class Coordinates:
     """The plane the queries live in, and the conversion of ρ per unit² to the canonical ρ per m² (module notes).
 
-    ``metres_per_unit`` is c: every planar distance d_u between two accepted locations satisfies
-    c·d_u ≤ the true distance in metres (exact for planar m/km input; the geo kinds' region bound otherwise).
+    ``metres_per_unit`` is c: every planar distance d_u between two located users satisfies c·d_u ≤ the true
+    distance in metres between their locations (exact for planar m/km input; for lat/lon input the geo kinds'
+    bound over the region's folding cap, valid for any two locations on the sphere).
     """
 
     def __init__(self, units: str = "km", projection: str = "none", ref_lat: float | None = None,
@@ -212,11 +216,17 @@ class Coordinates:
         return self.frame is not None
 
     def accepts(self, loc: np.ndarray) -> np.ndarray:
-        """Rows of ``loc`` that are usable: finite, and inside the region for lat/lon input."""
-        ok = np.isfinite(loc).all(axis=1)
-        if self.frame is not None and ok.any():
-            ok[ok] = self.frame.in_region(loc[ok])
-        return ok
+        """Rows of ``loc`` that are usable: finite (for lat/lon input a location outside the region is brought into
+        it by :meth:`locate`, not dropped — dropping it would reveal that it is outside)."""
+        return np.isfinite(loc).all(axis=1)
+
+    def locate(self, loc) -> np.ndarray:
+        """A user's ``loc`` rows → planar (x, y) in the configured unit; lat/lon input goes through
+        :meth:`PlanarFrame.locate` (fold onto the region's cap, project, clamp: 1-Lipschitz, region_fold.py)."""
+        a = np.asarray(loc, dtype=np.float64).reshape(-1, 2)
+        if self.frame is None:
+            return a.copy()
+        return self.frame.locate(a) * self.scale
 
     def to_planar(self, loc) -> np.ndarray:
         """``loc`` rows (as in events: [x, y], or [lat, lon]) → planar (x, y) in the configured unit."""
@@ -249,7 +259,7 @@ def window_locations(w: WindowData, coords: Coordinates, rule: str) -> tuple[np.
     """(sorted unique user ids, (n, 2) planar window locations) from the events with a usable ``loc``."""
     if w.loc.shape[0] == 0:
         return np.zeros(0, np.int64), np.zeros((0, 2))
-    return locate_users(w, coords.accepts(w.loc), coords.to_planar, rule)
+    return locate_users(w, coords.accepts(w.loc), coords.locate, rule)
 
 
 # --------------------------------------------------------------------------------------- the shared machinery
