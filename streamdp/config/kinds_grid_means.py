@@ -69,15 +69,18 @@ register(QueryKind(
     source="002 §III (Baseline, array averaging WrapAround/BestFit, Levy, Fixed/Optimized Quantile), "
            "Thm II.3 (per-grid accounting)",
     notion="zcdp",
-    cost="per user, per (cell, window) with >= 1 of their values that is released: rho = epsilon^2/2 "
-         "(pure eps-DP -> zCDP), delta = 0; a user in k released cells of a window pays k*epsilon^2/2; "
-         "users without values pay nothing (reserve = actual when min_users = 1)",
+    cost="per user, per (cell, window) with >= 1 of their values that is released: rho_cell = epsilon^2/2 "
+         "for baseline / array_averaging (one Laplace release), 5*epsilon^2/32 for levy, 9*epsilon^2/64 for the "
+         "quantile estimators (exponential-mechanism interval, 001 Thm 5, + Laplace at epsilon/2, composed in "
+         "zCDP), delta = 0; a user in k released cells of a window pays k*rho_cell; users without values pay "
+         "nothing (reserve = actual when min_users = 1)",
     doc="pure eps-DP user-level mean of the event's value (clipped to [0, upper]) per (cell, window); cells from a "
         "square grid over loc (cells = 'grid') or the event's FIRST item (cells = 'item'); events without value "
         "(or without loc / item) are ignored and charge nothing. " + PRESENCE_CAVEAT,
     needs=("value", "loc", "items"),
     params=(
-        Param("epsilon", "float", "ε of each (cell, window) release (pure ε-DP; costs ε²/2 zCDP per cell)",
+        Param("epsilon", "float", "ε of each (cell, window) release (pure ε-DP; zCDP per cell: ε²/2, levy 5ε²/32, "
+              "quantile 9ε²/64)",
               required=True, gt=0),
         Param("upper", "float", "U: values are clipped to [0, U]", required=True, gt=0),
         Param("estimator", "str", "002 estimator", default="baseline", choices=ESTIMATORS),

@@ -10,9 +10,12 @@ ignored by this query and make nobody pay for it.
 For every cell with at least ``min_users`` admitted users, one of the five pure ε-DP estimators of 002
 (:mod:`streamdp.mechanisms.grid_means`) releases the cell's mean at ε per (cell, window).
 
-Cost (002 Thm II.3 — per-grid accounting): the release of one grid at ε charges ε only to the users present in it;
-pure ε-DP ⇒ ε²/2-zCDP (001 Thm 3), and zCDP composes additively, so a user with values in k released cells of a
-window pays k·ε²/2 (each cell's ε²/2 is rounded up to the fixed-point grid separately). Users without values pay
+Cost (002 Thm II.3 — per-grid accounting): the release of one grid at ε charges only the users present in it,
+the estimator's zCDP cost per cell ρ_cell (``GridMeanEstimator.cost``: ε²/2 for baseline and array averaging, one
+Laplace release, 001 Thm 3; 5ε²/32 for Levy and 9ε²/64 for the quantile estimators, whose interval step is an
+exponential mechanism, 001 Thm 5, composed with the Laplace mean in zCDP), and zCDP composes additively, so a
+user with values in k released cells of a window pays k·ρ_cell (each cell's ρ_cell rounded up to the fixed-point
+grid separately). Users without values pay
 nothing. With the default ``min_users = 1`` the reservation equals the actual cost. With ``min_users > 1`` the
 reservation covers every cell with ≥ ``min_users`` users before admission; a cell that falls below ``min_users``
 because users were halted is not released and its users are settled down to what they actually paid. (With
@@ -70,14 +73,17 @@ ESTIMATOR_NAMES: dict[str, type[GridMeanEstimator]] = {
 MAX_GRID_INDEX = float(2**52)
 
 
-def grid_means_cost(epsilon: float, n_cells: int = 1) -> Cost:
+def grid_means_cost(epsilon: float, n_cells: int = 1, estimator: str = "baseline") -> Cost:
     """A user's cost for a window in which they have values in ``n_cells`` released cells.
 
-    002 Thm II.3 (per-grid accounting): each (cell, window) release is pure ε-DP for the users in that cell only;
-    pure ε-DP ⇒ ε²/2-zCDP (001 Thm 3); composition adds (001 Thm 6) ⇒ n_cells·ε²/2, δ = 0."""
+    002 Thm II.3 (per-grid accounting): each (cell, window) release charges only the users in that cell, the
+    estimator's per-cell zCDP cost (``GridMeanEstimator.cost``: ε²/2 for one Laplace release, 001 Thm 3; less for
+    Levy / Quantile, module doc); composition adds (001 Thm 6) ⇒ n_cells·ρ_cell, δ = 0."""
     if isinstance(n_cells, bool) or int(n_cells) != n_cells or n_cells < 0:
         raise ValueError(f"n_cells must be an integer ≥ 0, got {n_cells!r}")
-    return Cost.pure_dp(check_epsilon(epsilon)) * int(n_cells)
+    if estimator not in ESTIMATOR_NAMES:
+        raise ValueError(f"estimator must be one of {sorted(ESTIMATOR_NAMES)}, got {estimator!r}")
+    return ESTIMATOR_NAMES[estimator].cost_at(check_epsilon(epsilon)) * int(n_cells)
 
 
 def make_estimator(estimator: str, epsilon: float, upper: float, grouping: str | None = None,
@@ -154,7 +160,7 @@ class GridMeans(WindowQuery):
         self.estimator = make_estimator(estimator, self.epsilon, self.upper, grouping, m_ub)
         self.grouping = grouping
         self.m_ub = m_ub
-        self.cell_cost = grid_means_cost(self.epsilon, 1)  # ε²/2 per (cell, window) — 002 Thm II.3, 001 Thm 3
+        self.cell_cost = self.estimator.cost()  # per (cell, window) — 002 Thm II.3; 001 Thm 3 / Thm 5 (module doc)
         self.cell_cost_fixed = self.cell_cost.to_fixed()
 
     # ------------------------------------------------------------------------------------------ cells
@@ -261,7 +267,7 @@ class GridMeans(WindowQuery):
             s0, s1 = int(sample_start[a]), int(sample_start[b])
             gv = GridValues.from_concatenated(value[s0:s1], pair_count[a:b], self.upper,
                                               user_ids=pair_user[a:b].tolist())
-            r = self.estimator.release(gv, rng)  # pure ε-DP; cost: grid_means_cost(ε) per user in gv
+            r = self.estimator.release(gv, rng)  # ε-DP; cost: self.cell_cost per user in gv
             out[keys[c]] = self._cell_value(r, gv)
         # actual cost: ε²/2 per released cell per admitted user (002 Thm II.3); ≤ the reservation
         rel_pair_user = pair_user[released[pair_cell]]

@@ -28,7 +28,12 @@ model every estimator is pure ε-DP for the users in the grid:
   composition (002 Thm II.2) gives ε. The interval, K̄ and m_UB may be published: the interval is the first
   output of the ε-DP composition and K̄, m_UB are functions of the public counts.
 
-Cost: pure ε-DP ⇒ ε²/2-zCDP (Bun–Steinke 2016 Prop. 1.4; ``Cost.pure_dp``, 001 Thm 3), charged **only to the
+Cost (zCDP, per estimator, :meth:`GridMeanEstimator.cost`): Baseline and ArrayAveraging are one Laplace release,
+pure ε-DP ⇒ ε²/2 (Bun–Steinke 2016 Prop. 1.4; ``Cost.pure_dp``, 001 Thm 3). Levy and Quantile compose their two
+steps in zCDP (001 Thm 6) instead of composing ε first: the interval is an exponential mechanism (Alg. 3 at ε/2,
+or two Smith quantiles at ε/4), ε′-DP with range ε′ and so ε′²/8-zCDP (001 Thm 5), and the projected mean is a
+Laplace release at ε/2, (ε/2)²/2 — Levy 5ε²/32, Quantile 9ε²/64, both below ε²/2 and both still implying the
+pure ε-DP above. Charged **only to the
 users present in the grid** (002 Thm II.3: a user pays Σ_{g ∈ G_ℓ} ^gε over the grids they appear in). The
 caller charges ``users_charged(values_by_user)`` — every user with at least one value in the grid, including
 users whose samples a clipping strategy happened to drop — before it publishes the release.
@@ -60,8 +65,9 @@ from streamdp.mechanisms.grid_means.array_averaging import (
 )
 from streamdp.mechanisms.grid_means.clipping import MUBRule, check_m_ub, resolve_m_ub
 from streamdp.mechanisms.grid_means.data import GridValues, as_grid_values, check_epsilon, check_upper
-from streamdp.mechanisms.grid_means.interquantile import private_interquantile_interval
-from streamdp.mechanisms.grid_means.private_interval import levy_tau, private_interval
+from streamdp.mechanisms.grid_means.interquantile import (private_interquantile_interval,
+                                                           private_interquantile_interval_cost)
+from streamdp.mechanisms.grid_means.private_interval import levy_tau, private_interval, private_interval_cost
 from streamdp.noise import samplers
 
 __all__ = [
@@ -112,10 +118,15 @@ class GridMeanEstimator(ABC):
     def cost(self, epsilon: float | None = None) -> Cost:
         """Per-user cost of one release at ε (default: this estimator's ε), for users present in the grid only.
 
-        Pure ε-DP (002 Thm II.1 + II.2; see the module docstring) ⇒ ε²/2-zCDP (Bun–Steinke Prop. 1.4, 001 Thm 3),
-        charged per grid to the grid's users (002 Thm II.3)."""
+        One Laplace release, pure ε-DP (002 Thm II.1) ⇒ ε²/2-zCDP (Bun–Steinke Prop. 1.4, 001 Thm 3), charged per
+        grid to the grid's users (002 Thm II.3). The two-step estimators override it (module docstring)."""
         eps = self.epsilon if epsilon is None else check_epsilon(epsilon)
         return Cost.pure_dp(eps)
+
+    @classmethod
+    def cost_at(cls, epsilon: float) -> Cost:
+        """:meth:`cost` of this estimator class at ε (the cost depends on ε only)."""
+        return cls.cost(cls.__new__(cls), check_epsilon(epsilon))
 
     def users_charged(self, values_by_user: Any) -> tuple[Hashable, ...]:
         """The users who pay :meth:`cost` for this grid: all users with ≥ 1 value (002 Thm II.3)."""
@@ -238,6 +249,12 @@ class Levy(_ProjectedEstimator):
     def tau(self, plan: GroupingPlan) -> float:
         return levy_tau(self.upper, plan.n_arrays, plan.m_ub, self.gamma)  # eq. (8), public
 
+    def cost(self, epsilon: float | None = None) -> Cost:
+        """Alg. 3 at ε/2 (exponential mechanism: (ε/2)²/8, 001 Thm 5) + Lap at ε/2 ((ε/2)²/2, 001 Thm 3), composed
+        (001 Thm 6): 5ε²/32, δ = 0."""
+        eps = self.epsilon if epsilon is None else check_epsilon(epsilon)
+        return private_interval_cost(eps / 2) + Cost.pure_dp(eps / 2)
+
     def _interval(self, means, plan, rng):
         # Exponential mechanism at ε/2 (weights exp(−ε·c/4) for Δc = 1) — 002 Alg. 3.
         return private_interval(means, self.epsilon / 2, self.tau(plan), self.upper, rng,
@@ -247,6 +264,12 @@ class Levy(_ProjectedEstimator):
 class _QuantileEstimator(_ProjectedEstimator):
     def quantile_levels(self, n_arrays: int) -> tuple[float, float]:
         raise NotImplementedError
+
+    def cost(self, epsilon: float | None = None) -> Cost:
+        """Two Smith quantiles at ε/4 (exponential mechanisms: 2·(ε/4)²/8, 001 Thm 5) + Lap at ε/2 ((ε/2)²/2,
+        001 Thm 3), composed (001 Thm 6): 9ε²/64, δ = 0."""
+        eps = self.epsilon if epsilon is None else check_epsilon(epsilon)
+        return private_interquantile_interval_cost(eps / 4) + Cost.pure_dp(eps / 2)
 
     def _interval(self, means, plan, rng):
         q_lo, q_hi = self.quantile_levels(plan.n_arrays)

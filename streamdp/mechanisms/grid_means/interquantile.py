@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamdp.accounting.cost import Cost
+from streamdp.mechanisms.exponential import exponential_mechanism_cost
 from streamdp.mechanisms.grid_means.data import check_epsilon
 from streamdp.mechanisms.grid_means.private_interval import sample_log_weights
 
@@ -93,11 +94,11 @@ def private_interquantile_interval(values, q_lo: float, q_hi: float, epsilon_eac
 
 
 def smith_quantile_cost(epsilon: float) -> Cost:
-    """One private quantile at budget ε: pure ε-DP (Smith 2011; exponential mechanism with utility sensitivity
-    Δu) ⇒ ε²/2-zCDP (``Cost.pure_dp``, 001 Thm 3)."""
-    return Cost.pure_dp(check_epsilon(epsilon))
+    """One private quantile at budget ε: the exponential mechanism over [lo, hi] with utility −|rank(x) − qn| of
+    sensitivity Δu and weights exp(−ε·|…|/(2Δu)) (Smith 2011) — ε-DP with range ε, so ε²/8-zCDP (001 Thm 5)."""
+    return exponential_mechanism_cost(check_epsilon(epsilon))
 
 
 def private_interquantile_interval_cost(epsilon_each: float) -> Cost:
-    """Two private quantiles at ε_each: 2·ε_each pure DP by basic composition (002 Thm II.2) ⇒ (2ε_each)²/2-zCDP."""
-    return Cost.pure_dp(2 * check_epsilon(epsilon_each, "epsilon_each"))
+    """Two private quantiles at ε_each: 2·ε_each²/8-zCDP (001 Thm 5 each, composed: 001 Thm 6)."""
+    return exponential_mechanism_cost(check_epsilon(epsilon_each, "epsilon_each"), 2)

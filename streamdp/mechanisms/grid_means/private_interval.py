@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from streamdp.accounting.cost import Cost
+from streamdp.mechanisms.exponential import exponential_mechanism_cost
 from streamdp.mechanisms.grid_means.data import check_epsilon, check_upper
 
 __all__ = [
@@ -110,6 +111,6 @@ def private_interval(array_means, epsilon: float, tau: float, upper: float, rng:
 
 
 def private_interval_cost(epsilon: float) -> Cost:
-    """One PrivateInterval at budget ε: the exponential mechanism is pure ε-DP (McSherry–Talwar 2007, with the
-    utility sensitivity Δc passed to :func:`private_interval`) ⇒ ε²/2-zCDP (``Cost.pure_dp``, 001 Thm 3)."""
-    return Cost.pure_dp(check_epsilon(epsilon))
+    """Alg. 3 at budget ε: the exponential mechanism with utility −c(x) of sensitivity Δc and weights
+    exp(−ε·c(x)/(2Δc)) — ε-DP with range ε, so ε²/8-zCDP (001 Thm 5)."""
+    return exponential_mechanism_cost(check_epsilon(epsilon))

@@ -100,10 +100,16 @@ def test_optimized_quantile_levels():
 
 
 def test_cost_and_users_charged():
-    for cls in (Baseline, ArrayAveraging, Levy, FixedQuantile, OptimizedQuantile):
+    # one Laplace release: pure ε-DP ⇒ ε²/2 (001 Thm 3). Two steps composed in zCDP (001 Thm 6): the interval is an
+    # exponential mechanism, ε′²/8 (001 Thm 5), the projected mean a Laplace release at ε/2, (ε/2)²/2:
+    # Levy (ε/2)²/8 + (ε/2)²/2 = 5ε²/32; Quantile 2·(ε/4)²/8 + (ε/2)²/2 = 9ε²/64
+    want = {Baseline: 1 / 2, ArrayAveraging: 1 / 2, Levy: 5 / 32, FixedQuantile: 9 / 64, OptimizedQuantile: 9 / 64}
+    for cls, k in want.items():
         est = cls(0.8, U)
-        assert est.cost() == Cost(zcdp_rho=0.8**2 / 2)  # pure ε-DP ⇒ ε²/2-zCDP
-        assert est.cost(2.0) == Cost(zcdp_rho=2.0)
+        assert est.cost().zcdp_rho == pytest.approx(k * 0.8**2, rel=1e-15) and est.cost().zcdp_delta == 0
+        assert est.cost(2.0).zcdp_rho == pytest.approx(k * 4.0, rel=1e-15)
+        assert cls.cost_at(0.8) == est.cost()
+        assert est.cost().zcdp_rho <= 0.8**2 / 2  # never above what the pure ε-DP of the whole would cost
         # only users with a value in the grid pay (002 Thm II.3)
         assert est.users_charged({"a": [1.0], "b": [], "c": [3.0, 4.0]}) == ("a", "c")
     # a WrapAround user whose samples all fall in the deleted partial array is still charged

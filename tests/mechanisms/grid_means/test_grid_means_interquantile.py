@@ -103,13 +103,14 @@ def test_interval_is_ordered_and_concentrates_for_large_epsilon():
         smith_quantile(vals, 0.5, 0.0, 0.0, 100.0, rng)
 
 
-def test_quantile_costs_are_pure_dp():
+def test_quantile_costs_are_exponential_mechanism_costs():
     from streamdp.accounting.cost import Cost
     from streamdp.mechanisms.grid_means.interquantile import (
         private_interquantile_interval_cost,
         smith_quantile_cost,
     )
 
-    assert smith_quantile_cost(0.25) == Cost(zcdp_rho=0.25**2 / 2)
-    # two ends at ε/4 each compose (002 Thm II.2) to ε/2 pure DP
-    assert private_interquantile_interval_cost(0.25) == Cost(zcdp_rho=0.5**2 / 2)
+    # Smith's mechanism is an exponential mechanism (utility −|rank − qn|, weights exp(−ε|…|/2)): ε²/8 (001 Thm 5)
+    assert smith_quantile_cost(0.25) == Cost(zcdp_rho=0.25**2 / 8)
+    # two ends at ε_each compose in zCDP (001 Thm 6): 2·ε_each²/8
+    assert private_interquantile_interval_cost(0.25) == Cost(zcdp_rho=2 * 0.25**2 / 8)

@@ -120,11 +120,11 @@ def test_exact_privacy_of_the_interval_step():
     assert _neighbour_max_log_ratio(means, eps_i, tau, upper, 2, 1) > eps_i + 0.5
 
 
-def test_interval_cost_is_pure_dp():
+def test_interval_cost_is_the_exponential_mechanism_cost():
     from streamdp.accounting.cost import Cost
     from streamdp.mechanisms.grid_means.private_interval import private_interval_cost
 
-    # Levy spends ε/2 on the interval: (ε/2)²/2 zCDP as a stand-alone mechanism
-    assert private_interval_cost(0.5) == Cost(zcdp_rho=0.5**2 / 2)
+    # an exponential mechanism at ε (weights exp(−ε·c/(2Δc))): ε-DP with range ε ⇒ ε²/8-zCDP (001 Thm 5)
+    assert private_interval_cost(0.5) == Cost(zcdp_rho=0.5**2 / 8)
     with pytest.raises(ValueError, match="epsilon"):
         private_interval_cost(0.0)
