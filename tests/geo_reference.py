@@ -78,7 +78,7 @@ def folded_c(units: str, region, ref_lat: float | None = None) -> float:
 
 def folded_point(region, lat: float, lon: float) -> tuple[float, float]:
     """The fold of one point, by spherical trigonometry (bearing and destination formulas): a point farther than θ0
-    from the cap's centre goes to distance θ0·(π − θ)/(π − θ0) from it, on the same bearing."""
+    from the cap's centre goes to distance min(θ0, π − θ) from it, on the same bearing."""
     lat_c, lon_c, theta0 = smallest_cap(region)
     theta = float(haversine_rad([[lat_c, lon_c]], [[lat, lon]])[0])
     if theta <= theta0:
@@ -86,7 +86,7 @@ def folded_point(region, lat: float, lon: float) -> tuple[float, float]:
     p1, l1, p2, l2 = map(math.radians, (lat_c, lon_c, lat, lon))
     bearing = math.atan2(math.sin(l2 - l1) * math.cos(p2),
                          math.cos(p1) * math.sin(p2) - math.sin(p1) * math.cos(p2) * math.cos(l2 - l1))
-    g = theta0 * (math.pi - theta) / (math.pi - theta0)
+    g = min(theta0, math.pi - theta)
     p3 = math.asin(math.sin(p1) * math.cos(g) + math.cos(p1) * math.sin(g) * math.cos(bearing))
     l3 = l1 + math.atan2(math.sin(bearing) * math.sin(g) * math.cos(p1), math.cos(g) - math.sin(p1) * math.sin(p3))
     return math.degrees(p3), math.degrees(l3)

@@ -8,15 +8,20 @@ location is mapped into R by a map that never lengthens a distance, so the CGP g
 locations on the sphere.
 
 **The fold.** Let C be the smallest spherical cap (centre ĉ, angular radius θ0 < π/2) containing R. In geodesic
-polar coordinates (θ, ψ) around ĉ, a point at θ ≤ θ0 stays; a point at θ > θ0 goes to (g(θ), ψ) with
-g(θ) = θ0·(π − θ)/(π − θ0), so the cap's edge stays and the antipode −ĉ goes to ĉ. The map is 1-Lipschitz for the
+polar coordinates (θ, ψ) around ĉ, a point goes to (g(θ), ψ) with
+
+    g(θ) = min(θ, θ0, π − θ):
+
+the cap stays; a point farther than θ0 goes to the cap's edge on its own bearing ψ; only the points within θ0 of
+the antipode −ĉ come back inside (at their distance from −ĉ), and −ĉ goes to ĉ. The map is 1-Lipschitz for the
 great-circle distance: the sphere's metric is dθ² + sin²θ dψ², the image's is g′² dθ² + sin²g dψ², and
 
-* |g′| = θ0/(π − θ0) ≤ 1 because θ0 ≤ π/2;
-* sin g ≤ sin θ: for θ0 < θ ≤ π/2, g ≤ θ0 < θ ≤ π/2; for π/2 ≤ θ < π, g ≤ π − θ ≤ π/2 (as θ0 ≤ π − θ0);
+* |g′| ∈ {1, 0, 1} on the three pieces;
+* sin g ≤ sin θ: equal for θ ≤ θ0 and for θ ≥ π − θ0; for θ0 ≤ θ ≤ π − θ0, sin θ ≥ sin θ0 (θ0 ≤ π/2);
 
 so no tangent vector is lengthened, and (the map being continuous, also at −ĉ where g → 0) no path and no
-distance either. It is the identity on C ⊇ R.
+distance either. It is the identity on C ⊇ R. (A fold that brought every far point back inside, e.g.
+θ ↦ θ0·(π − θ)/(π − θ0), is 1-Lipschitz too, but it would count Honolulu in California.)
 
 **Then the planar clamp.** The folded point lies in C, hence in C's lat/lon bounding box B; the equirectangular
 (or raw degrees) projection P maps B's points with d_u ≤ d_true/c_B (the same bound, computed over B), and
@@ -25,7 +30,8 @@ plane. For any two locations x, x′:  d_u(clamp P fold x, clamp P fold x′) �
 ≤ d_true(fold x, fold x′)/c_B ≤ d_true(x, x′)/c_B. The cost is therefore recorded with c_B (≤ c_R): for a city the
 two agree to < 1 %, for the contiguous US c_B/c_R ≈ 0.74, i.e. ≈ 1.8× the ρ per m² for the same planar ρ — the
 price of a guarantee without a cliff. Inside R nothing moves; a location outside R lands on R's edge (releases near
-the edge count it there).
+the edge count it there), unless it lies within θ0 of the antipode of R's cap (the other side of the Earth), which
+lands inside.
 
 The cap must leave room: θ0 < 90°, and B must not reach a pole or cross the antimeridian (the bound needs both);
 a region that fails is refused with a message.
@@ -110,18 +116,22 @@ class CapFold:
         self.box = (b_lat0, b_lat1, b_lon0, b_lon1)
         self._c = latlon_to_unit(np.array([[self.lat_c, self.lon_c]]))[0]
 
+    def _angle(self, v: np.ndarray, cos_t: np.ndarray) -> np.ndarray:
+        """Angle to ĉ as atan2(|v × ĉ|, v·ĉ): accurate near ĉ and near −ĉ (arccos is not)."""
+        return np.arctan2(np.linalg.norm(np.cross(v, self._c), axis=1), cos_t)
+
     def fold_unit(self, v: np.ndarray) -> np.ndarray:
         """Fold unit vectors (n, 3) onto the cap."""
         v = np.asarray(v, dtype=np.float64).reshape(-1, 3)
-        cos_t = np.clip(v @ self._c, -1.0, 1.0)
-        theta = np.arccos(cos_t)
+        cos_t = v @ self._c
+        theta = self._angle(v, cos_t)
         out = v.copy()
         far = theta > self.theta0
         if far.any():
             t = theta[far]
             tangent = v[far] - cos_t[far, None] * self._c[None, :]  # direction from ĉ towards the point
             norm = np.linalg.norm(tangent, axis=1)
-            g = self.theta0 * (math.pi - t) / (math.pi - self.theta0)
+            g = np.minimum(self.theta0, math.pi - t)  # g(θ) = min(θ, θ0, π − θ), θ > θ0 here
             safe = norm > 0  # at the antipode the direction is undefined, and g = 0 anyway
             u = np.zeros_like(tangent)
             u[safe] = tangent[safe] / norm[safe, None]
@@ -136,8 +146,7 @@ class CapFold:
         latitude past a pole continues over it) and folded."""
         ll = np.asarray(latlon, dtype=np.float64).reshape(-1, 2)
         v = latlon_to_unit(ll)
-        cos_t = np.clip(v @ self._c, -1.0, 1.0)
-        move = (np.arccos(cos_t) > self.theta0) | (np.abs(ll[:, 0]) > 90.0) | (np.abs(ll[:, 1]) > 180.0)
+        move = (self._angle(v, v @ self._c) > self.theta0) | (np.abs(ll[:, 0]) > 90.0) | (np.abs(ll[:, 1]) > 180.0)
         out = ll.copy()
         if move.any():
             out[move] = unit_to_latlon(self.fold_unit(v[move]))

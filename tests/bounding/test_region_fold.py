@@ -66,8 +66,8 @@ def test_the_fold_never_lengthens_a_distance_and_keeps_the_cap(region):
     assert inside.sum() > 100 and np.array_equal(fa[inside], a[inside])  # the cap itself does not move
 
 
-def test_the_fold_is_the_papers_map_by_spherical_trigonometry():
-    """θ ↦ θ0·(π − θ)/(π − θ0) on the bearing from the cap's centre, computed with the bearing/destination formulas."""
+def test_the_fold_is_the_stated_map_by_spherical_trigonometry():
+    """θ ↦ min(θ, θ0, π − θ) on the bearing from the cap's centre, computed with the bearing/destination formulas."""
     g = synthetic_data_generator(6)
     for region in (US, NYC):
         f = CapFold(region)
