@@ -40,6 +40,16 @@ def start_worker(args: list[str], env_extra: dict | None = None, log_path: str |
                             stdout=out, stderr=out, cwd=ROOT)
 
 
+def wait_or_kill(p: subprocess.Popen, timeout: float) -> int:
+    """The worker's exit code within ``timeout`` s; a worker still running then is killed (and the wait raises)."""
+    try:
+        return p.wait(timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 # ---- helpers shared by the Kafka tests --------------------------------------------------------------------------
 def toml_dumps(d: dict) -> str:
     """A minimal TOML writer for the service configuration (tables, arrays of tables, scalars, lists)."""

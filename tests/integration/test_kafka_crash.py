@@ -21,7 +21,8 @@ import redis
 from streamdp.filter.redis_store import RedisBudgetStore
 from streamdp.input import sources
 
-from kafka_helpers import produce, read_topic, service_config, spent_by_user, start_worker, write_config
+from kafka_helpers import (produce, read_topic, service_config, spent_by_user, start_worker, wait_or_kill,
+                           write_config)
 
 pytestmark = pytest.mark.integration
 
@@ -38,13 +39,7 @@ ARGS = ["--drain-idle", "1.5", "--standalone", "--checkpoint-batches", "2"]
 
 
 def _run(cfg: str, url: str, log, env=None, timeout: float = 90) -> int:
-    p = start_worker(["--config", cfg, "--store", url, *ARGS], env, str(log))
-    try:
-        return p.wait(timeout)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    return wait_or_kill(start_worker(["--config", cfg, "--store", url, *ARGS], env, str(log)), timeout)
 
 
 def _outputs(bootstrap: str, raw: dict, min_count: int):

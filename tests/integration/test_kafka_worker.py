@@ -15,7 +15,7 @@ from streamdp.filter.redis_store import RedisBudgetStore
 from streamdp.input import sources
 
 from kafka_helpers import (embedded_releases, malformed_events, produce, read_topic, service_config, spent_by_user,
-                           start_worker, write_config)
+                           start_worker, wait_or_kill, write_config)
 
 MALFORMED = malformed_events()
 
@@ -30,14 +30,8 @@ def nyc_events():
 
 
 def run_to_completion(cfg_path: str, store_url: str, log_path, *, timeout: float = 120, env=None, extra=()) -> int:
-    proc = start_worker(["--config", cfg_path, "--store", store_url, "--drain-idle", "2", "--session-timeout-ms",
-                         "6000", *extra], env, str(log_path))
-    try:
-        return proc.wait(timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    return wait_or_kill(start_worker(["--config", cfg_path, "--store", store_url, "--drain-idle", "2",
+                                      "--session-timeout-ms", "6000", *extra], env, str(log_path)), timeout)
 
 
 def releases_on_topics(bootstrap: str, raw: dict, min_count: int) -> dict[str, bytes]:

@@ -12,7 +12,8 @@ import pytest
 from streamdp.input import sources
 
 from conftest import TansuBroker, free_port
-from kafka_helpers import embedded_releases, produce, read_topic, service_config, start_worker, wait_for, write_config
+from kafka_helpers import (embedded_releases, produce, read_topic, service_config, start_worker, wait_for, wait_or_kill,
+                           write_config)
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +27,7 @@ def _log(path) -> str:
 
 def _stop_and_wait(p, timeout: float = 15.0) -> int:
     p.send_signal(signal.SIGTERM)
-    try:
-        return p.wait(timeout)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    return wait_or_kill(p, timeout)
 
 
 def test_sigterm_while_the_store_is_unreachable_at_start_exits_5(tmp_path, topic_prefix):
@@ -86,7 +82,7 @@ def test_kafka_that_comes_up_late_is_waited_for_and_output_topics_are_compacted(
         assert p.poll() is None  # still waiting, not crashed
         broker = TansuBroker(port)
         assert produce(broker.bootstrap, raw["kafka"]["input_topic"], events, 1) == len(events)
-        assert p.wait(90) == 0, _log(log)
+        assert wait_or_kill(p, 90) == 0, _log(log)
         expected, _, _ = embedded_releases(raw, events)
         got = {}
         for q in raw["query"]:
