@@ -3,7 +3,7 @@
     streamdp budget show USER [--delta-prime D] [--gp-within-km KM]
     streamdp budget list [--exhausted] [--top N] [--notion zcdp|cgp|emd]
     streamdp budget stats [--notion zcdp|cgp|emd]
-    streamdp budget ledger [--query Q] [--since T]
+    streamdp budget ledger [--query Q] [--since T] [--totals]
     streamdp budget grant USER --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--reason TEXT] [--actor NAME]
     streamdp budget set-default --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--reason TEXT] [--actor NAME]
     streamdp budget export [--format csv|jsonl]
@@ -52,6 +52,7 @@ from streamdp.accounting.report import DEFAULT_DELTA_PRIME, DEFAULT_GP_WITHIN_KM
 from streamdp.cli.arguments import positive_int
 from streamdp.cli.main import CLIError
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
+from streamdp.outputs.ledger_totals import ledger_totals
 
 __all__ = ["register", "user_json", "used_fraction"]
 
@@ -342,6 +343,8 @@ def _iso(ts) -> str:
 @_run
 def _ledger(args, st: BudgetStore) -> int:
     entries = st.ledger(query=args.query, since=args.since)
+    if args.totals:
+        return _ledger_totals(args, entries)
     if args.json:
         _print_json(entries)
         return 0
@@ -352,6 +355,22 @@ def _ledger(args, st: BudgetStore) -> int:
                      json.dumps(rest, separators=(",", ":"), ensure_ascii=False)])
     print(_table(["time (UTC)", "type", "query/action", "details"], rows))
     print(f"({len(entries)} entr{'ies' if len(entries) != 1 else 'y'})")
+    return 0
+
+
+def _ledger_totals(args, entries: list[dict]) -> int:
+    totals = ledger_totals(entries)
+    if args.json:
+        _print_json(totals)
+        return 0
+    comps = sorted({c for t in totals for c in t["max_cost_sum"]})
+    rows = [[t["query"], t["kind"] or "", t["releases"], f"{t['first_seq']}–{t['last_seq']}",
+             *[_num(t["max_cost_sum"].get(c, 0.0)) for c in comps], t["user_windows_charged"],
+             t.get("items_returned", ""), t.get("pwyg_used", "")] for t in totals]
+    print(_table(["query", "kind", "releases", "windows", *[f"Σ max {c}" for c in comps], "user-windows charged",
+                  "items returned", "pwyg used"], rows))
+    print("(Σ max: the sum over releases of the largest charge of any one user — a bound on any user's total for "
+          "the query)")
     return 0
 
 
@@ -517,6 +536,9 @@ def register(subparsers) -> None:
     q.add_argument("--top", type=positive_int, metavar="N", help="only the N most-used users")
     add("stats", _stats, "active/halted counts and a histogram of the remaining budget fraction", [notion])
     q = add("ledger", _ledger, "release and audit entries")
+    q.add_argument("--totals", action="store_true",
+                   help="running totals per query instead of the entries (releases, Σ of per-release max costs, "
+                        "user-windows charged, items returned, the PWYG counter)")
     q.add_argument("--query", metavar="Q", help="only entries of this query")
     q.add_argument("--since", metavar="T", type=_parse_since,
                    help="only entries at or after T (epoch seconds, ISO-8601, or a duration ago such as 2h)")
