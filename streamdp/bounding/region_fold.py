@@ -28,7 +28,7 @@ distance either. It is the identity on C ⊇ R. (A fold that brought every far p
 clamping P's coordinates to the rectangle P(R) is the Euclidean projection onto a convex set, 1-Lipschitz in the
 plane. For any two locations x, x′:  d_u(clamp P fold x, clamp P fold x′) ≤ d_u(P fold x, P fold x′)
 ≤ d_true(fold x, fold x′)/c_B ≤ d_true(x, x′)/c_B. The cost is therefore recorded with c_B (≤ c_R): for a city the
-two agree to < 1 %, for the contiguous US c_B/c_R ≈ 0.74, i.e. ≈ 1.8× the ρ per m² for the same planar ρ — the
+two agree to < 1 %, for the contiguous US c_B/c_R ≈ 0.75, i.e. ≈ 1.8× the ρ per m² for the same planar ρ — the
 price of a guarantee without a cliff. Inside R nothing moves; a location outside R lands on R's edge (releases near
 the edge count it there), unless it lies within θ0 of the antipode of R's cap (the other side of the Earth), which
 lands inside.
@@ -43,7 +43,7 @@ import math
 
 import numpy as np
 
-__all__ = ["CapFold", "enclosing_cap", "latlon_to_unit", "unit_to_latlon"]
+__all__ = ["CapFold", "enclosing_cap", "latlon_to_unit", "normalize_latlon", "unit_to_latlon"]
 
 _MARGIN = 1e-9  # radians added to θ0 so that R's corners are inside the cap despite rounding
 
@@ -62,6 +62,24 @@ def unit_to_latlon(v: np.ndarray) -> np.ndarray:
     return np.column_stack([lat, np.degrees(np.arctan2(v[:, 1], v[:, 0]))])
 
 
+def normalize_latlon(ll: np.ndarray) -> np.ndarray:
+    """[lat, lon] rows with |lat| ≤ 90 and |lon| ≤ 180 unchanged; others reduced to the point they name, exactly in
+    degrees (``np.fmod`` is exact, so 40 and 40 + 360·k are the same value whatever k; reducing after the conversion to
+    radians would not be): the latitude modulo 360 folded over the poles (lat > 90 → 180 − lat, lon + 180), then
+    the longitude into [−180, 180)."""
+    out = np.array(ll, dtype=np.float64, copy=True).reshape(-1, 2)
+    bad = (np.abs(out[:, 0]) > 90.0) | (np.abs(out[:, 1]) > 180.0)
+    if bad.any():
+        lat, lon = out[bad, 0], out[bad, 1]
+        lat = np.fmod(np.fmod(lat + 90.0, 360.0) + 360.0, 360.0) - 90.0  # [−90, 270)
+        over = lat > 90.0
+        lat = np.where(over, 180.0 - lat, lat)
+        lon = np.where(over, lon + 180.0, lon)
+        lon = np.fmod(np.fmod(lon + 180.0, 360.0) + 360.0, 360.0) - 180.0  # [−180, 180)
+        out[bad, 0], out[bad, 1] = lat, lon
+    return out
+
+
 def _arc(a: tuple[float, float], b: tuple[float, float]) -> float:
     """Great-circle angle between two [lat, lon] points (radians; haversine form, accurate for small angles)."""
     p1, l1, p2, l2 = map(math.radians, (a[0], a[1], b[0], b[1]))
@@ -70,16 +88,26 @@ def _arc(a: tuple[float, float], b: tuple[float, float]) -> float:
 
 
 def enclosing_cap(region) -> tuple[float, float, float]:
-    """(centre lat, centre lon, θ0 in radians) of the smallest cap containing the lat/lon box ``region``.
+    """(centre lat, centre lon, θ0 in radians) of the smallest cap containing the lat/lon box ``region`` (its
+    longitude span at most 180°).
 
     By the box's symmetry the centre is on its middle meridian. From such a centre the farthest point of the box is
-    a corner (along a parallel the distance grows with the longitude gap; along a meridian it is largest at an end;
-    the box does not hold the antipode), so the centre's latitude equalises the distances to a top and a bottom
-    corner — found by bisection (the difference is monotone in the latitude)."""
+    a corner: along a parallel the distance grows with the longitude gap h ≤ 90°; along a meridian
+    cos d = sin φ sin φc + cos φ cos φc cos h = R·cos(φc − φ*) is smallest at an end. For a corner at latitude φ1 the
+    distance from (φc, middle meridian) is therefore V-shaped in φc with its minimum at φ1* = atan2(sin φ1,
+    cos φ1 cos h). On [φ0*, φ1*] the distance to the bottom corners increases and to the top corners decreases, so the
+    smallest largest distance is where they cross — found by bisection on that interval (outside it both move the
+    same way)."""
     lat0, lat1, lon0, lon1 = region
     lon_c = 0.5 * (lon0 + lon1)
+    h = math.radians(0.5 * (lon1 - lon0))
     top, bottom = (lat1, lon0), (lat0, lon0)
-    lo, hi = lat0, lat1
+
+    def nearest(lat: float) -> float:  # φ* of a corner at this latitude, in degrees
+        p = math.radians(lat)
+        return math.degrees(math.atan2(math.sin(p), math.cos(p) * math.cos(h)))
+
+    lo, hi = nearest(lat0), nearest(lat1)
     for _ in range(200):
         mid = 0.5 * (lo + hi)
         if _arc((mid, lon_c), top) > _arc((mid, lon_c), bottom):
@@ -98,6 +126,9 @@ class CapFold:
 
     def __init__(self, region) -> None:
         self.region = tuple(float(v) for v in region)
+        if self.region[3] - self.region[2] > 180.0:
+            raise ValueError(f"region: {list(self.region)} is too large to fold onto (it spans more than 180° of "
+                             "longitude); split it")
         self.lat_c, self.lon_c, self.theta0 = enclosing_cap(self.region)
         if not self.theta0 < math.pi / 2:
             raise ValueError(f"region: {list(self.region)} is too large to fold onto (its smallest enclosing cap has "
@@ -142,9 +173,9 @@ class CapFold:
         """Fold [lat, lon] rows (degrees) onto the cap, as [lat, lon] with lon in (−180, 180).
 
         Rows within the cap with a latitude in [−90, 90] and a longitude in [−180, 180] are returned unchanged (bit
-        for bit); any other finite row is read as the point of the sphere it names (a longitude modulo 360; a
-        latitude past a pole continues over it) and folded."""
-        ll = np.asarray(latlon, dtype=np.float64).reshape(-1, 2)
+        for bit); any other finite row is read as the point of the sphere it names (:func:`normalize_latlon`: a
+        longitude modulo 360, a latitude past a pole continuing over it, reduced exactly in degrees) and folded."""
+        ll = normalize_latlon(np.asarray(latlon, dtype=np.float64).reshape(-1, 2))
         v = latlon_to_unit(ll)
         move = (self._angle(v, v @ self._c) > self.theta0) | (np.abs(ll[:, 0]) > 90.0) | (np.abs(ll[:, 1]) > 180.0)
         out = ll.copy()

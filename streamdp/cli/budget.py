@@ -21,7 +21,7 @@ A user as JSON (one entry per notion in use, i.e. with a non-zero budget or spen
 ``zcdp`` as (ε, δ + δ′)-DP (CKS conversion) and ``cgp`` as (ε per km, δ + δ′)-geo-privacy for locations at most
 ``--gp-within-km`` apart (003 Lemma 3.7); δ′ is ``--delta-prime`` (default 1e-6). In JSON under ``converted``::
 
-    "converted": {"zcdp": {"spent": {"epsilon": 2.1, "delta": 1.1e-06}, "budget": {"epsilon": 7.8, "delta": 2e-06}}}
+    "converted": {"zcdp": {"spent": {"epsilon": 3.54, "delta": 1.01e-06}, "budget": {"epsilon": 7.77, "delta": 2e-06}}}
 
 The *used fraction* of a notion is the largest spent/budget over its components with a non-zero budget; the
 *remaining fraction* is one minus it. ``grant`` and ``set-default`` replace the budget of ONE notion (``--rho``

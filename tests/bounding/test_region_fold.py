@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from streamdp.bounding.region_fold import CapFold
+from streamdp.bounding.region_fold import CapFold, normalize_latlon
 from streamdp.engine.queries.geo import PlanarFrame
 from streamdp.noise.generator import synthetic_data_generator
 
@@ -78,7 +78,9 @@ def test_the_fold_is_the_stated_map_by_spherical_trigonometry():
 
 
 def test_the_cap_is_the_smallest_around_the_region():
-    for region in (US, NYC, EUROPE, (30.0, 34.0, -120.0, -115.0)):
+    # wide in longitude at high latitude (Canada), and a 140°-wide band: the centre lies poleward of the box
+    for region in (US, NYC, EUROPE, (30.0, 34.0, -120.0, -115.0), (41.0, 70.0, -141.0, -52.0),
+                   (5.0, 25.0, -70.0, 70.0)):
         f = CapFold(region)
         lat_c, lon_c, theta0 = smallest_cap(region)  # a generic optimiser over 1600 edge points
         assert f.lat_c == pytest.approx(lat_c, abs=1e-6) and f.lon_c == pytest.approx(lon_c, abs=1e-6)
@@ -125,11 +127,23 @@ def test_locations_given_past_the_poles_or_modulo_360_are_the_same_points():
     f = PlanarFrame("metres", US, 37.0)
     same = f.locate([[40.0, -100.0], [40.0, 260.0], [40.0, -460.0], [140.0, 80.0]])  # all the point (40N, 100W)
     assert np.allclose(same, same[0], atol=1e-6)
+    # reduced exactly in degrees: huge multiples of 360 name the same point (radians first would drift by km)
+    k = np.array([1e6, 1e12, 1e14, 2.0**50])
+    lon = -100.0 + 360.0 * k  # not all exactly representable: compare with what the float names
+    want = np.column_stack([np.full(4, 40.0), np.fmod(lon + 180.0, 360.0) - 180.0])
+    assert np.array_equal(f.locate(np.column_stack([np.full(4, 40.0), lon])), f.locate(want))
+    assert np.array_equal(f.locate([[40.0 + 360.0 * 1e12, -100.0]]), f.locate([[40.0, -100.0]]))
+    for bad in ([95.0, 10.0], [-95.0, 10.0], [40.0, 540.0], [-270.0, 0.0]):
+        lat, lon = normalize_latlon(np.array([bad]))[0]
+        assert -90.0 <= lat <= 90.0 and -180.0 <= lon < 180.0
+        assert haversine_rad([bad], [[lat, lon]])[0] < 1e-12  # the same point of the sphere
 
 
 @pytest.mark.parametrize("region,match", [((80.0, 89.5, -90.0, 90.0), "pole"), ((10.0, 20.0, 165.0, 179.5),
                                                                              "antimeridian"),
-                                          ((-80.0, 80.0, -170.0, 170.0), "too large")])
+                                          ((-80.0, 80.0, -170.0, 170.0), "too large"),
+                                          ((0.0, 10.0, -100.0, 90.0), "180° of longitude"),
+                                          ((-49.6, -46.3, 23.3, 151.6), "pole")])  # its smallest cap holds a pole
 def test_regions_that_cannot_be_folded_are_refused(region, match):
     with pytest.raises(ValueError, match=match):
         PlanarFrame("metres", list(region))
