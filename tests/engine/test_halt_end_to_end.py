@@ -163,19 +163,25 @@ def check_cgp_halt(rH, sH, rR, sR, sP):
     assert not sP.get_user("U").halted and int(spent(sP)[CGP]) > s1
 
 
+def halted_reference_and_positive(q, others, u_loc):
+    """U located at ``u_loc`` with budget for the first window only: runs halted (H), without U's later events (R)
+    and with budget (P); checks the CGP halt (check_cgp_halt) and returns (releases R, releases P)."""
+    base, u_first, u_later = located_scenario(others, u_loc)
+    big = Cost.cgp(1e5)
+    rH, sH = go(q, big, base + u_first + u_later, u_budget=first_reservation())
+    rR, sR = go(q, big, base + u_first, u_budget=first_reservation())
+    rP, sP = go(q, big, base + u_first + u_later)
+    check_cgp_halt(rH, sH, rR, sR, sP)
+    return rR, rP
+
+
 def test_kde_point_user_at_budget_is_halted_and_later_events_change_no_estimate():
     b = 2.0
     q = lambda: KDEPoint("k", queries=[{"window": w, "point": [0.0, 0.0]}  # noqa: E731
                                        for w in range(1, M + 1)], bandwidth=b, budget_rho=B_RHO, units="m")
     others = synthetic_data_generator(4).normal(0, 2.0, (10, 2))
     u_loc = (0.5, 0.0)
-    base, u_first, u_later = located_scenario(others, u_loc)
-    big = Cost.cgp(1e5)
-
-    rH, sH = go(q, big, base + u_first + u_later, u_budget=first_reservation())
-    rR, sR = go(q, big, base + u_first, u_budget=first_reservation())
-    rP, sP = go(q, big, base + u_first + u_later)
-    check_cgp_halt(rH, sH, rR, sR, sP)
+    rR, rP = halted_reference_and_positive(q, others, u_loc)
 
     # f(p, b) = (1/n) Σ exp(−‖x_i − p‖²/(2b²)) over the located users, without and with U (000 §6.3)
     k_o = np.exp(-np.sum(others**2, axis=1) / (2 * b * b))
@@ -196,13 +202,7 @@ def test_knn_point_user_at_budget_is_halted_and_later_events_change_no_distances
     ang, rad = g.uniform(0, 2 * np.pi, 10), g.uniform(10.0, 40.0, 10)
     others = np.column_stack([rad * np.cos(ang), rad * np.sin(ang)])  # 10 users 10–40 m from p
     u_loc = (1.0, 1.0)  # √2 m from p: U would be the nearest
-    base, u_first, u_later = located_scenario(others, u_loc)
-    big = Cost.cgp(1e5)
-
-    rH, sH = go(q, big, base + u_first + u_later, u_budget=first_reservation())
-    rR, sR = go(q, big, base + u_first, u_budget=first_reservation())
-    rP, sP = go(q, big, base + u_first + u_later)
-    check_cgp_halt(rH, sH, rR, sR, sP)
+    rR, rP = halted_reference_and_positive(q, others, u_loc)
 
     d_o = np.sort(np.hypot(others[:, 0], others[:, 1]))
     without, with_u = d_o[:k], np.sort(np.append(d_o, math.sqrt(2)))[:k]
