@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from streamdp.accounting.cgp import convert_cgp_rho, metres_per_unit
-from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, N_COMPONENTS, Cost, budget_to_fixed, cost_to_fixed
+from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, N_COMPONENTS, Cost, budget_to_fixed, costs_to_fixed
 from streamdp.engine.queries.geo import CANONICAL_CGP_UNIT, PlanarFrame
 from streamdp.engine.queries.locations import locate_users
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
@@ -154,17 +154,8 @@ def parse_entries(entries, fields: dict[str, bool], name: str = "queries") -> li
 
 # ---------------------------------------------------------------------------------------------- fixed point
 def fixed_up(x, scale: int = LOSS_SCALE) -> np.ndarray:
-    """Vectorised :func:`~streamdp.accounting.cost.cost_to_fixed`: each cost rounded UP to the grid (same result)."""
-    a = np.asarray(x, dtype=np.float64)
-    if a.size == 0:
-        return np.zeros(a.shape, dtype=np.int64)
-    if not np.all(np.isfinite(a)) or np.any(a < 0):
-        raise ValueError("cost must be finite and ≥ 0")
-    v = np.ceil(a * scale)
-    if np.any(v >= _EXACT):  # beyond exact float integers: the scalar path
-        return np.array([cost_to_fixed(float(t), scale) for t in a.ravel()], dtype=np.int64).reshape(a.shape)
-    v += v / scale < a  # float product rounded below the true value (as cost_to_fixed)
-    return v.astype(np.int64)
+    """Each cost rounded UP to the grid: :func:`~streamdp.accounting.cost.costs_to_fixed`."""
+    return costs_to_fixed(x, scale)
 
 
 # ---------------------------------------------------------------------------------------------- coordinates
