@@ -93,17 +93,18 @@ def test_top_k_single_user_single_item_release_rate_is_delta_over_delta_plus_kba
 def test_top_k_threshold_carries_the_kbar_plus_first_count_and_counts_users_once():
     """k = k̄ = 1, item a held by 3 users, item b by 2: only a gets noise (top-k̄), T̃ = T + c_b + G0, so a comes out
     with probability 1/(1 + (k̄/δ)·e^{ε(1 + 2 − 3)}) = 1/(1 + k̄/δ) and b never does. One holder of a repeats it in
-    a second event and a holder of b sends b twice in one event: the histogram counts users (≤ 1 per user and
-    item), so neither changes the law. The test rejects the laws of c_(k̄+1) dropped (T̃ = T + G0), of a counted 4
-    times (the repeat counted), and of T off by ±log 2. Fresh users every window (a present user pays δ per
-    window, and the δ budget is capped by the fixed-point grid)."""
+    a second event: the histogram counts users (≤ 1 per user and item), so the law is unchanged. The repeat is
+    one-sided on purpose: only the law of c_a − c_(k̄+1) is observable, so a repeat of b as well would shift both
+    counts by 1 under a missing dedupe and hide it. The test rejects the laws of c_(k̄+1) dropped (T̃ = T + G0), of
+    a counted 4 times (the repeat counted: 1/(1 + (k̄/δ)·e^{−ε})), and of T off by ±log 2. Fresh users every window
+    (a present user pays δ per window, and the δ budget is capped by the fixed-point grid)."""
     eps, delta, k, kbar = 2.0, 0.25, 1, 1
 
     def window(w):
         t = 10 * w + 1
         a0, a1, a2, b0, b1 = (f"{s}_{w}" for s in ("a0", "a1", "a2", "b0", "b1"))
         return [ev(a0, t, ["a"]), ev(a1, t, ["a"]), ev(a2, t, ["a"]), ev(a0, t + 1, ["a"]),
-                ev(b0, t, ["b", "b"]), ev(b1, t, ["b"])]
+                ev(b0, t, ["b"]), ev(b1, t, ["b"])]  # b not repeated: see the docstring
 
     recs, _ = top_k_trials(eps, delta, k, kbar, seeds=(81, 82), windows=800, per_window=window)
     outs = [r.values["items"] for r in recs]
