@@ -188,8 +188,11 @@ def test_emd_frequency_estimates_the_user_weighted_distribution():
 
 
 def test_restore_from_snapshot_gives_identical_releases_and_charges():
-    """After a restore the queries no longer know the engine's item table (new objects, or a new table): prepare
-    reserves the worst case for unresolved ids, release settles to the exact cost — same records, same spend."""
+    """A run interrupted by snapshot → restore into new query objects gives the same records and the same spend as
+    the straight run. The new objects start without the item table, but the engine binds its (restored) name table
+    before every prepare (ReleaseEngine.close_window → bind_names), so every id is resolved at prepare time and the
+    unresolved-id path (worst-case reservation, settled to the exact cost) is NOT exercised here; that path is
+    tested directly in tests/engine/test_emd_unresolved_reservation.py."""
     def make():
         return [EMDLinear("lin", alpha=0.5, features={"a": [0.0], "b": [1.0]}, lipschitz=1.0),
                 EMDFrequency("fr", alpha0=0.5, clusters=CL, gamma=0.5, max_items=3)]
