@@ -74,24 +74,34 @@ def budget_to_fixed(x: float, scale: int) -> int:
 def costs_to_fixed(x, scale: int) -> np.ndarray:
     """Vectorised :func:`cost_to_fixed` (the same integers): each cost rounded UP to the grid.
 
-    With p = fl(x·scale): the decimal d, x and p satisfy |d·scale − p| ≤ 2⁻⁵²·p, so where p < 2⁵³ lies farther
-    than that from every integer, ⌈d·scale⌉ = ⌈p⌉. The other entries (near a grid point, or past 2⁵³) take the exact
-    scalar path."""
+    With p = fl(x·scale): the decimal d, x and p satisfy |d·scale − p| ≤ 2⁻⁵²·p, so where p < 2⁴⁸ lies farther than
+    2⁻⁵⁰·p (< 1/4) from every integer, ⌈d·scale⌉ = ⌈p⌉. Near an integer N, compare x with f = fl(N/scale), the float that N/scale
+    rounds to: d lies in x's rounding interval and N/scale in f's, so x < f gives d < N/scale (⌈·⌉ = N) and x > f
+    gives d > N/scale (N + 1). The rest (x = f, or p past 2⁴⁸) takes the exact scalar path."""
     a = np.asarray(x, dtype=np.float64)
     if a.size == 0:
         return np.zeros(a.shape, dtype=np.int64)
     if not np.all(np.isfinite(a)) or np.any(a < 0):
         raise ValueError("cost must be finite and ≥ 0")
-    p = a * float(scale)
+    s = float(scale)
+    p = a * s
+    small = (p < 2.0**48) & (s == scale)  # the margin p·2⁻⁵⁰ < 1/4: at most one integer N is near p
     c = np.ceil(p)
-    exact = (a == 0) | (p < 2.0**53) & (np.minimum(c - p, p - np.floor(p)) > p * 2.0**-50) & (float(scale) == scale)
-    out = np.empty(a.shape, dtype=np.int64)
-    out[exact] = c[exact].astype(np.int64)
+    n = np.rint(p)
+    near = np.abs(p - n) <= p * 2.0**-50
+    out = np.where(near, 0.0, c)  # far from every integer: ⌈p⌉
+    f = n / s
+    out = np.where(near & (a < f), n, out)
+    out = np.where(near & (a > f), n + 1.0, out)
+    out = np.where(a == 0, 0.0, out)
+    exact = small & ((a == 0) | ~near | (a != f))
+    res = np.zeros(a.shape, dtype=np.int64)
+    res[exact] = out[exact].astype(np.int64)
     rest = np.flatnonzero(~exact.ravel())
     if rest.size:
-        flat, src = out.reshape(-1), a.reshape(-1)
+        flat, src = res.reshape(-1), a.reshape(-1)
         flat[rest] = [cost_to_fixed(float(src[i]), scale) for i in rest.tolist()]
-    return out
+    return res
 
 
 def from_fixed(v: int, scale: int) -> float:

@@ -61,7 +61,13 @@ def test_rounding_is_exact_against_rationals(scale):
 
 @pytest.mark.parametrize("scale", [LOSS_SCALE, DELTA_SCALE])
 def test_vectorised_costs_equal_the_exact_ceiling(scale):
-    xs = np.array([x for x in _inputs(seed=11) if Fraction(x) * scale < 2**62] + [0.0, 5e-300, 1e-320])
+    rng = np.random.default_rng(5)
+    grid = np.concatenate([rng.integers(1, 2**53, 1500), rng.integers(1, 2**40, 1500)]) / float(scale)
+    # costs on a grid point and one or two ulps either side (where the fast path must tell d < N/s from d > N/s)
+    near = np.concatenate([grid, np.nextafter(grid, 0), np.nextafter(grid, np.inf),
+                           np.nextafter(np.nextafter(grid, 0), 0)])
+    xs = np.array([x for x in _inputs(seed=11) + near.tolist() if Fraction(x) * scale < 2**62]
+                  + [0.0, 5e-300, 1e-320])
     got = costs_to_fixed(xs, scale)
     want = np.array([exact_up(float(x), scale) for x in xs], dtype=np.int64)
     assert got.dtype == np.int64
