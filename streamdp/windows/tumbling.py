@@ -66,11 +66,33 @@ class TumblingWindows:
         if self.origin is None:
             self.origin = math.floor(first_ts / self.length) * self.length
 
+    def _end(self, t):
+        """The end of window t (t may be an array): THE definition of the boundaries, which :meth:`window_of` and
+        :meth:`last_ended` agree with exactly, in floats (monotone in t)."""
+        return self.origin + t * self.length
+
     def window_of(self, ts: np.ndarray) -> np.ndarray:
-        return (np.floor((np.asarray(ts, dtype=np.float64) - self.origin) / self.length)).astype(np.int64) + 1
+        """The window t with ``bounds(t)[0] ≤ ts < bounds(t)[1]``, in floats. The quotient (ts − origin)/length is
+        only a first guess: for a length that is not a binary fraction (0.7 s, 86400/7 s) it can land one window off
+        at a boundary, which would put an event at a window's end inside it (and a window due at its end not yet)."""
+        ts = np.asarray(ts, dtype=np.float64)
+        t = np.floor((ts - self.origin) / self.length).astype(np.int64) + 1
+        t += ts >= self._end(t)
+        t -= ts < self._end(t - 1)
+        return t
+
+    def last_ended(self, wm: float) -> int:
+        """The last window t whose end ``bounds(t)[1]`` is ≤ ``wm`` (the same float boundaries as
+        :meth:`window_of`)."""
+        t = int(math.floor((wm - self.origin) / self.length))
+        if self._end(t + 1) <= wm:
+            t += 1
+        elif self._end(t) > wm:
+            t -= 1
+        return t
 
     def bounds(self, t: int) -> tuple[float, float]:
-        return self.origin + (t - 1) * self.length, self.origin + t * self.length
+        return self._end(t - 1), self._end(t)
 
     # ---- watermark -----------------------------------------------------------------------------------------
     def observe(self, max_ts: float, partition: int = 0, now: float | None = None) -> None:
@@ -107,8 +129,7 @@ class TumblingWindows:
         wm = self.watermark_at(now)
         if not math.isfinite(wm):
             return []
-        # window t closes when wm >= origin + t*length
-        last = int(math.floor((wm - self.origin) / self.length))
+        last = self.last_ended(wm)  # window t closes when wm ≥ its end
         out = list(range(self.last_closed + 1, last + 1))
         if out:
             self.last_closed = out[-1]

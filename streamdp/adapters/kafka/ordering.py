@@ -258,7 +258,7 @@ class CanonicalStage:
         wm = self.wm.watermark(now)
         if not math.isfinite(wm):
             return W.last_closed
-        return max(W.last_closed, int(math.floor((wm - W.origin) / W.length)))
+        return max(W.last_closed, W.last_ended(wm))
 
     def release(self, now: float | None = None, flush: bool = False) -> list[WindowSummary]:
         """Feed and close every due window in order; each window's events go in (partition, offset) order."""
