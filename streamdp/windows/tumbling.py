@@ -115,12 +115,22 @@ class TumblingWindows:
             parts = active or parts
         return min(self._max_ts[p] for p in parts) - self.allowed_lateness
 
+    def time_for_watermark(self, wm: float) -> float:
+        """The smallest event time whose watermark (time − allowed lateness, in floats) is ≥ ``wm``. Adding the
+        lateness and subtracting it again can land one ulp below ``wm`` (0.7·5 + 1.1 − 1.1 < 3.5), which would
+        leave the window ending at ``wm`` open."""
+        x = wm + self.allowed_lateness
+        while x - self.allowed_lateness < wm:
+            x = math.nextafter(x, math.inf)
+        return x
+
     def flush(self) -> None:
-        """End of input (bounded source): let every window up to the newest event close."""
-        if self._max_ts:
+        """End of input (bounded source): let every window up to the one holding the newest event close."""
+        if self._max_ts and self.origin is not None:
             top = max(self._max_ts.values())
+            x = self.time_for_watermark(self._end(int(self.window_of(top))))
             for p in self._max_ts:
-                self._max_ts[p] = top + self.allowed_lateness + self.length
+                self._max_ts[p] = max(self._max_ts[p], x)
 
     def due(self, now: float | None = None) -> list[int]:
         """Window numbers that the watermark has passed and that were not closed yet (each returned once)."""

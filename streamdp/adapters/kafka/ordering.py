@@ -269,7 +269,7 @@ class CanonicalStage:
         for t in range(W.last_closed + 1, last + 1):
             end = W.bounds(t)[1]
             # the engine's watermark reaches exactly the end of window t
-            W.observe(end + eng.config.allowed_lateness, ENGINE_PARTITION, now)
+            W.observe(W.time_for_watermark(end), ENGINE_PARTITION, now)
             # one ingest per window: the held batches in (partition, offset) order, concatenated — the engine
             # interns names in order of first appearance, so this equals ingesting them one by one, with one
             # dictionary lookup per window instead of one per held batch
