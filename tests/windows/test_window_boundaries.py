@@ -21,11 +21,12 @@ import pytest
 from streamdp.accounting.cost import Cost, budget_vector
 from streamdp.engine.engine import EngineConfig, ReleaseEngine
 from streamdp.engine.pipeline import EmbeddedPipeline
-from streamdp.engine.query import QueryRelease, Reservation, WindowQuery
 from streamdp.filter.memory import MemoryBudgetStore
 from streamdp.noise.generator import synthetic_data_generator
 from streamdp.outputs.sinks import ListSink
 from streamdp.windows.tumbling import TumblingWindows
+
+from window_helpers import EventTimes
 
 # (length, origin): lengths that are not binary fractions, at origin 0 and at a realistic epoch-seconds origin,
 # plus one exact (binary) control
@@ -42,30 +43,6 @@ def end(origin: float, length: float, t):
 def below(x):
     """The float one ulp below x."""
     return np.nextafter(x, -np.inf)
-
-
-class EventTimes(WindowQuery):
-    """Test-only query: releases the exact event times its window received (no noise — it exists to show which
-    window each event went to). Reserves a fixed small zCDP cost per user present."""
-
-    kind = "event_times"
-
-    def __init__(self, qid: str = "n") -> None:
-        super().__init__(qid)
-        self.cost = Cost.zcdp(0.01)
-
-    def prepare(self, w, rng):
-        users = np.unique(w.user_ids)
-        return Reservation(users, np.tile(self.cost.to_fixed(), (users.size, 1)))
-
-    def release(self, w, res, admitted, rng, items):
-        return QueryRelease(values={"ts": sorted(float(x) for x in w.ts)})
-
-    def state(self):
-        return {}
-
-    def load_state(self, d):
-        pass
 
 
 def ev(user, ts):
