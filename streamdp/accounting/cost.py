@@ -98,9 +98,10 @@ def costs_to_fixed(x, scale: int) -> np.ndarray:
     res = np.zeros(a.shape, dtype=np.int64)
     res[exact] = out[exact].astype(np.int64)
     rest = np.flatnonzero(~exact.ravel())
-    if rest.size:
-        flat, src = res.reshape(-1), a.reshape(-1)
-        flat[rest] = [cost_to_fixed(float(src[i]), scale) for i in rest.tolist()]
+    if rest.size:  # the exact scalar path, once per distinct value (users often share a cost)
+        flat = res.reshape(-1)
+        values, inverse = np.unique(a.reshape(-1)[rest], return_inverse=True)
+        flat[rest] = np.array([cost_to_fixed(v, scale) for v in values.tolist()], dtype=np.int64)[inverse]
     return res
 
 

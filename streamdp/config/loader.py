@@ -43,7 +43,10 @@ SERVICE_PARAMS = (
     Param("window_seconds", "float", "tumbling window length in seconds of event time", required=True, min=1e-3),
     Param("horizon", "int", "L: windows per epoch of the continual-count tree", default=64, min=1, max=1 << 20),
     Param("origin", "float", "event time of the start of window 1", default=None, min=0.0, lt=MAX_TS),
-    Param("allowed_lateness", "float", "seconds the watermark trails the max event time", default=0.0, min=0),
+    # ≤ the whole accepted time range: past it no window ever closes, and past ~10¹³ s the float sum end + lateness
+    # is too coarse for 1 ms windows
+    Param("allowed_lateness", "float", "seconds the watermark trails the max event time", default=0.0, min=0,
+          max=MAX_TS),
     Param("idle_timeout", "float", "seconds after which an idle partition no longer holds the watermark",
           default=None, gt=0),
     Param("max_future_seconds", "float", "events this far ahead of the watermark are dead-lettered",

@@ -116,9 +116,10 @@ class TumblingWindows:
         return min(self._max_ts[p] for p in parts) - self.allowed_lateness
 
     def time_for_watermark(self, wm: float) -> float:
-        """The smallest event time whose watermark (time − allowed lateness, in floats) is ≥ ``wm``. Adding the
-        lateness and subtracting it again can land one ulp below ``wm`` (0.7·5 + 1.1 − 1.1 < 3.5), which would
-        leave the window ending at ``wm`` open."""
+        """An event time whose watermark (time − allowed lateness, in floats) is ≥ ``wm``: the first float from
+        ``wm + lateness`` upward that qualifies (a float below it may qualify too; its watermark is the same).
+        Adding the lateness and subtracting it again can land one ulp below ``wm`` (0.7·5 + 1.1 − 1.1 < 3.5), which
+        would leave the window ending at ``wm`` open."""
         x = wm + self.allowed_lateness
         while x - self.allowed_lateness < wm:
             x = math.nextafter(x, math.inf)

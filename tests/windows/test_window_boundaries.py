@@ -217,3 +217,21 @@ def test_flush_closes_every_window_despite_lateness():
     sink = ListSink()
     EmbeddedPipeline(e, [sink]).run([[ev("a", 1.0), ev("b", 12.0)]])
     assert [(r.seq, r.values["ts"]) for r in sink.records] == [(1, [1.0]), (2, [12.0])]
+
+
+def test_allowed_lateness_is_bounded_by_the_accepted_time_range():
+    """Past the accepted time range (MAX_TS = 7,258,118,400 s, 2200-01-01) a lateness closes no window ever, and
+    past ~10¹³ s the float end + lateness is coarser than 1 ms windows (a window could close before its events
+    are fed): the loader refuses it; the bound itself and 0 are accepted, so is an infinite lateness not."""
+    from streamdp.config.kinds import ConfigError
+    from streamdp.config.loader import parse_config
+
+    def cfg(lateness):
+        return {"service": {"window_seconds": 0.001, "allowed_lateness": lateness},
+                "query": [{"id": "q", "kind": "continual_counts", "sigma": 1.0}]}
+
+    for ok in (0.0, 3600.0, 7_258_118_400.0):
+        assert parse_config(cfg(ok)).engine_config().allowed_lateness == ok
+    for bad in (7_258_118_401.0, 1e13, math.inf, math.nan, -1.0):
+        with pytest.raises(ConfigError, match="allowed_lateness"):
+            parse_config(cfg(bad))
