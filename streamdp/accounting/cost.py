@@ -53,7 +53,7 @@ def _decimal(x: float) -> Fraction:
 def cost_to_fixed(x: float, scale: int) -> int:
     """Round a cost *up* to the fixed-point grid (never under-charge): ⌈d·scale⌉ in exact integer arithmetic, d the
     cost's decimal (:func:`_decimal`). (A float product ``x*scale`` past 2⁵³ is off by up to half an ulp, which a
-    float check cannot see: it under-charged 0.14568674262649717·10¹⁸ by 15 units before.)"""
+    float check cannot see: it under-charged 0.14568674262649717·10¹⁸ by 17 units before.)"""
     x = _check_real(x, "cost")
     v = math.ceil(_decimal(x) * scale)
     if v > INT64_MAX:
@@ -74,10 +74,11 @@ def budget_to_fixed(x: float, scale: int) -> int:
 def costs_to_fixed(x, scale: int) -> np.ndarray:
     """Vectorised :func:`cost_to_fixed` (the same integers): each cost rounded UP to the grid.
 
-    With p = fl(x·scale): the decimal d, x and p satisfy |d·scale − p| ≤ 2⁻⁵²·p, so where p < 2⁴⁸ lies farther than
-    2⁻⁵⁰·p (< 1/4) from every integer, ⌈d·scale⌉ = ⌈p⌉. Near an integer N, compare x with f = fl(N/scale), the float that N/scale
-    rounds to: d lies in x's rounding interval and N/scale in f's, so x < f gives d < N/scale (⌈·⌉ = N) and x > f
-    gives d > N/scale (N + 1). The rest (x = f, or p past 2⁴⁸) takes the exact scalar path."""
+    With p = fl(x·scale): the decimal d, x and p satisfy |d·scale − p| ≤ 2⁻⁵²·p, so where p < 2⁴⁸ lies farther
+    than 2⁻⁵⁰·p (< 1/4) from every integer, ⌈d·scale⌉ = ⌈p⌉. Near an integer N, compare x with f = fl(N/scale),
+    the float that N/scale rounds to: d lies in x's rounding interval and N/scale in f's, so x < f gives
+    d < N/scale (⌈·⌉ = N) and x > f gives d > N/scale (N + 1). The rest (x = f, or p past 2⁴⁸: costs of 281 per
+    unit² and more at 10⁻¹²) takes the exact scalar path, about 4 µs per distinct value."""
     a = np.asarray(x, dtype=np.float64)
     if a.size == 0:
         return np.zeros(a.shape, dtype=np.int64)
