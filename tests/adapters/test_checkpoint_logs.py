@@ -11,17 +11,7 @@ import redis
 from streamdp.adapters.kafka.checkpoint import CHECKPOINT_FORMAT, Fenced, RedisCheckpoint
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
-from streamdp.filter.redis_store import RedisBudgetStore
 from streamdp.filter.store import StoreError
-
-
-@pytest.fixture
-def ckpt(redis_url):
-    store = RedisBudgetStore.from_url(redis_url)
-    c = RedisCheckpoint(store, "g", "events")
-    c.claim("w1")
-    yield c
-    store.close()
 
 
 def state(users: bytes, log: bytes, n: int) -> dict:

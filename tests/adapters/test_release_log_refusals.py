@@ -140,17 +140,6 @@ def test_record_keys_use_the_window_within_the_epoch_and_bytes_are_canonical():
 
 
 # ------------------------------------------------------------------------------------------ Redis checkpoint
-@pytest.fixture
-def ckpt(redis_url):
-    from streamdp.filter.redis_store import RedisBudgetStore
-
-    store = RedisBudgetStore.from_url(redis_url)
-    c = RedisCheckpoint(store, "g", "events")
-    c.claim("w1")
-    yield c
-    store.close()
-
-
 def test_the_checkpoint_refuses_a_different_record_for_a_logged_key(ckpt):
     """Checkpoint 1 logs A for q/0/1 with state {"x": 1}. A checkpoint carrying B for q/0/1 fails with
     CheckpointConflict and changes nothing: the log still holds A, the version is still 1 and a reader gets state
