@@ -16,9 +16,13 @@ out before or after Arrow sees it:
 * nesting: msgspec's decoder is recursive (a deep payload raises there), Arrow's is not — payloads with 256 or more
   brackets go to the slow path;
 * UTF-8: Arrow does not validate strings — a chunk that is not ASCII is validated here, invalid payloads go slow;
-* Arrow parse errors (duplicate keys, wrong types, …): the reported row goes slow and the rest is parsed again;
-  an error without a row number bisects the range. A ``user`` given as an integer switches that stretch of
-  payloads to an int64 ``user`` column (rendered as decimal text, as ``str(int)`` does);
+* Arrow parse errors (duplicate keys, wrong types, …): the reported row goes slow and the rest is parsed again.
+  An error without a row number (``{…}}`` gives "The document is empty") or a row count that does not match (a
+  payload ``{…} {…}`` holding two values) first runs a bracket-depth scan over that range (:func:`_extra_values`:
+  payloads whose top-level value closes before their last byte, or whose quotes do not pair, go slow; one read,
+  no bisection, for the usual culprit) and bisects only what the scan does not explain. A ``user`` given as an
+  integer switches that stretch of payloads to an int64 ``user`` column (rendered as decimal text, as
+  ``str(int)`` does);
 * values: ``user``/``ts`` null, out of range, ``loc`` not of length 2 or not finite, ``items`` with nulls, empty or
   too long names, too many items — the row goes slow.
 
@@ -163,11 +167,13 @@ def _parse_ranges(pbuf, starts: np.ndarray, lens: np.ndarray, slow: np.ndarray, 
     """Arrow-parse rows [lo0, hi0) of the joined buffer. Returns the accepted pieces (lo, table, schema index)
     in row order; rows given up on are marked in ``slow``."""
     pieces = []
-    stack = [(lo0, hi0, 0, -1)]  # (lo, hi, schema: 0 = user as string / 1 = as int64, row where it flipped)
+    # (lo, hi, schema: 0 = user as string / 1 = as int64, row where it flipped, depth scan done on this range)
+    stack = [(lo0, hi0, 0, -1, False)]
     reads_left = max(MIN_READS_PER_CHUNK, (hi0 - lo0) // ROWS_PER_READ)
     work_left = WORK_PER_ROW * (hi0 - lo0)
+    buf = None
     while stack:
-        lo, hi, s, flipped_at = stack.pop()
+        lo, hi, s, flipped_at, scanned = stack.pop()
         if lo >= hi:
             continue
         if reads_left <= 0 or work_left <= 0:
@@ -182,19 +188,27 @@ def _parse_ranges(pbuf, starts: np.ndarray, lens: np.ndarray, slow: np.ndarray, 
             k = int(m.group(1)) if m else -1
             if not 0 <= k < hi - lo:
                 work_left -= hi - lo
-                _bisect(stack, slow, lo, hi, s)
+                if not scanned:
+                    buf = np.frombuffer(pbuf, dtype=np.uint8) if buf is None else buf
+                    _scan_then_split(stack, slow, buf, starts, lens, lo, hi, s)
+                else:
+                    _bisect(stack, slow, lo, hi, s)
                 continue
             work_left -= k + 1  # Arrow stops at the row it names
-            stack.append((lo, lo + k, s, -1))  # the prefix parsed (re-checked by its row count)
+            stack.append((lo, lo + k, s, -1, scanned))  # the prefix parsed (re-checked by its row count)
             if _USER_FLIP[s] in msg and flipped_at != lo + k:
-                stack.append((lo + k, hi, 1 - s, lo + k))  # `user` changes type here: the other schema
+                stack.append((lo + k, hi, 1 - s, lo + k, scanned))  # `user` changes type here: the other schema
             else:
                 slow[lo + k] = True
-                stack.append((lo + k + 1, hi, s, -1))
+                stack.append((lo + k + 1, hi, s, -1, scanned))
             continue
         work_left -= hi - lo
         if t.num_rows != hi - lo:  # some payload smuggled a second value: find it
-            _bisect(stack, slow, lo, hi, s)
+            if not scanned:
+                buf = np.frombuffer(pbuf, dtype=np.uint8) if buf is None else buf
+                _scan_then_split(stack, slow, buf, starts, lens, lo, hi, s)
+            else:
+                _bisect(stack, slow, lo, hi, s)
             continue
         pieces.append((lo, t, s))
     pieces.sort(key=lambda x: x[0])
@@ -206,7 +220,67 @@ def _bisect(stack: list, slow: np.ndarray, lo: int, hi: int, s: int) -> None:
         slow[lo:hi] = True
     else:
         mid = (lo + hi) // 2
-        stack += [(mid, hi, s, -1), (lo, mid, s, -1)]
+        stack += [(mid, hi, s, -1, True), (lo, mid, s, -1, True)]
+
+
+def _scan_then_split(stack: list, slow: np.ndarray, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray,
+                     lo: int, hi: int, s: int) -> None:
+    """Rows [lo, hi) failed without a row number: mark the rows :func:`_extra_values` flags slow and read the
+    stretches between them again (scanned; a later failure without a row number there bisects). Nothing flagged:
+    bisect."""
+    bad = _extra_values(buf, starts[lo:hi], lens[lo:hi])
+    if not bad.size:
+        _bisect(stack, slow, lo, hi, s)
+        return
+    rows = bad + lo
+    slow[rows] = True
+    edges = np.concatenate([[lo], rows + 1]).tolist(), np.concatenate([rows, [hi]]).tolist()
+    for a, b in reversed(list(zip(*edges))):
+        stack.append((a, b, s, -1, True))
+
+
+_OPEN = np.zeros(256, dtype=np.int8)
+_OPEN[[ord("{"), ord("[")]] = 1
+_OPEN[[ord("}"), ord("]")]] = -1
+
+
+def _extra_values(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Indices (into ``starts``) of the payloads whose first top-level JSON value may not be the whole payload:
+    outside strings, the bracket depth returns to 0 before the last bracket or does not end at 0, or the unescaped
+    quotes do not pair. A flagged payload only goes to the exact path; a payload not flagged is still checked by
+    Arrow's row count. Vectorised over the bytes of the range (payloads start with ``{`` and end with ``}``: the
+    layout screen)."""
+    base = int(starts[0])
+    seg = buf[base:int(starts[-1] + lens[-1])]
+    row_lo = starts - base
+    q = np.flatnonzero(seg == 34)  # '"'
+    bs = seg == 92  # '\\'
+    if q.size and bs.any():  # a quote preceded by an odd run of backslashes is escaped
+        nb = np.flatnonzero(~bs)
+        prev = nb[np.searchsorted(nb, q) - 1]  # the last non-backslash before the quote (a '{' at least)
+        q = q[((q - 1 - prev) & 1) == 0]
+    kind = _OPEN[seg]
+    br = np.flatnonzero(kind)
+    if not br.size:  # cannot happen after the layout screen; flag all rather than index an empty array
+        return np.arange(starts.size)
+    q_first = np.searchsorted(q, row_lo)  # index of each row's first quote
+    q_end = np.searchsorted(q, row_lo + lens)
+    flagged = ((q_end - q_first) & 1) == 1  # a string that does not close
+    br_row = np.searchsorted(row_lo, br, side="right") - 1
+    in_str = ((np.searchsorted(q, br) - q_first[br_row]) & 1) == 1
+    br, br_row = br[~in_str], br_row[~in_str]
+    depth = np.cumsum(kind[br], dtype=np.int64)
+    first = np.searchsorted(br_row, np.arange(starts.size))  # each row's first bracket (one at least: its '{')
+    last = np.searchsorted(br_row, np.arange(starts.size), side="right") - 1
+    has = last >= first
+    before = np.where(first > 0, depth[np.maximum(first - 1, 0)], 0)
+    rel = depth - before[br_row]  # depth after each bracket, relative to its row's start
+    flagged |= ~has
+    flagged[has] |= rel[last[has]] != 0
+    inner = np.ones(br.size, dtype=bool)
+    inner[last[has]] = False  # the last bracket of a row may (must) bring the depth to 0
+    flagged[np.unique(br_row[inner & (rel <= 0)])] = True
+    return np.flatnonzero(flagged)
 
 
 def _column(pieces: list, name: str):
