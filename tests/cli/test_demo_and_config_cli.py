@@ -126,7 +126,18 @@ def test_config_check_missing_file(capsys):
     (["run", "--role", "ingest", "--input-topic", "streamdp.dead"], "kafka.dead_letter_topic"),
     (["run", "--unsafe-test-seed", "-3", "--store", "redis://127.0.0.1:1/0"], "--unsafe-test-seed must be ≥ 0"),
 ])
-def test_run_roles_refuse_bad_flags_with_one_clear_line(argv, message, capsys):
+def test_run_roles_refuse_bad_flags_with_one_clear_line(argv, message, capsys, monkeypatch):
+    # a flag that is no longer refused must fail here at once, not start a worker that retries a broker forever
+    import streamdp.adapters.kafka.ingest as ingest
+    import streamdp.adapters.kafka.worker as worker
+    import streamdp.cli.service as service
+
+    def started(*a, **k):
+        raise AssertionError(f"{argv} was not refused: a store or worker was started")
+
+    monkeypatch.setattr(service, "open_store_retrying", started)
+    monkeypatch.setattr(worker, "KafkaWorker", started)
+    monkeypatch.setattr(ingest, "IngestWorker", started)
     assert main(argv) != 0
     err = capsys.readouterr().err
     assert message in err
