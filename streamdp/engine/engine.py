@@ -7,8 +7,9 @@ Window close, in order (each step's failure leaves the engine able to retry the 
 
 1. every query :meth:`~streamdp.engine.query.WindowQuery.prepare`\\ s (side-effect free) and states each user's
    worst-case cost;
-2. ONE atomic admit of all users with data in the window (scope ``"engine"``, seq = global window number;
-   idempotent on retry); users that do not fit are halted for good and their data is dropped;
+2. ONE atomic admit of all users with data in the window (scope :func:`admission_scope`: ``"engine"`` and a
+   digest of the engine's query ids; seq = global window number; idempotent on retry); users that do not fit are
+   halted for good and their data is dropped;
 3. every query releases from admitted users' data only (this advances the query state: tree nodes, counters);
 4. records are written to the store's release log under their idempotency key (query, epoch, window) — if the
    log already holds a *different* record for the key, the engine refuses to go on (:class:`ReleaseConflict`):
@@ -20,6 +21,7 @@ The service publishes records only after step 4 and stores :meth:`snapshot` atom
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -41,6 +43,23 @@ from streamdp.windows.tumbling import TumblingWindows, absurd_times, stream_posi
 log = logging.getLogger("streamdp.engine")
 
 SNAPSHOT_VERSION = 2  # 2: names without the closing bracket (append logs); 1 still loads
+
+
+def admission_scope(base: str, query_ids) -> str:
+    """The budget-store scope of an engine's window admissions: ``engine:`` and a 48-bit digest of ``base`` (the
+    service names its stream there: consumer group and input topic) and the sorted query ids (short, because the
+    scope is a field name in every user's hash).
+
+    The store answers a second admit of the same (scope, seq) with the first outcome and charges nothing (a retry
+    after a crash must not charge twice). That is right only when both admits are for the same releases: those are
+    keyed (query, epoch, window), so the scope names the query set. With one scope for every engine, a second
+    service sharing the store (other query ids, same window numbers) had its users admitted for free wherever the
+    first service had admitted them — their data was released uncharged. The Kafka worker puts its consumer group
+    and input topic in ``base`` (as in its checkpoint key), so two deployments never share a scope even with the same
+    query ids. Changing the query set or the stream starts a new scope: windows replayed after that charge again
+    (never less)."""
+    digest = hashlib.sha256("\n".join([base, *sorted(query_ids)]).encode("utf-8")).hexdigest()[:12]
+    return f"engine:{digest}"
 
 
 class ReleaseConflict(RuntimeError):
@@ -108,6 +127,7 @@ class ReleaseEngine:
         self.config = config
         self.queries = list(queries)
         self.store = store
+        self.scope = admission_scope(config.scope, ids)
         self.rng = make_generator(config.unsafe_test_seed)
         self.windows = TumblingWindows(config.window_seconds, config.origin, config.allowed_lateness,
                                        config.idle_timeout)
@@ -262,9 +282,9 @@ class ReleaseEngine:
                 _add_rows(total, all_users, r.users, r.costs, subset=True)
         admit_ids = getattr(self.store, "admit_ids", None)
         if admit_ids is not None:  # the store sees the engine's ids and name table (BudgetStore.admit_ids)
-            mask = admit_ids(self.config.scope, seq, all_users, total, self.users)
+            mask = admit_ids(self.scope, seq, all_users, total, self.users)
         else:
-            mask = self.store.admit(self.config.scope, seq, self.users.names(all_users), total)
+            mask = self.store.admit(self.scope, seq, self.users.names(all_users), total)
         everyone = bool(mask.all())
         admitted = np.zeros(len(self.users), dtype=bool)
         admitted[all_users if everyone else all_users[mask]] = True
@@ -309,9 +329,9 @@ class ReleaseEngine:
         adm_idx = np.flatnonzero(mask) if actual_total is not None else mask[:0]  # nothing to settle if None
         if adm_idx.size and (actual_total[adm_idx] != total[adm_idx]).any():
             if admit_ids is not None:
-                self.store.settle_ids(self.config.scope, seq, all_users[adm_idx], actual_total[adm_idx], self.users)
+                self.store.settle_ids(self.scope, seq, all_users[adm_idx], actual_total[adm_idx], self.users)
             else:
-                self.store.settle(self.config.scope, seq, self.users.names(all_users[adm_idx]),
+                self.store.settle(self.scope, seq, self.users.names(all_users[adm_idx]),
                                   actual_total[adm_idx])
         for rec in records:
             self.store.append_ledger(rec.ledger_entry())

@@ -593,9 +593,17 @@ class KafkaWorker:
         self.exit_code = 4
         self.stopping.set()
 
+    def engine_config(self):
+        """The engine's configuration, its admission scope naming this stream as the checkpoint key does (group and
+        input topic; the coordinator shares the `all` worker's): another deployment on the same store, with other
+        data under the same window numbers, must not find its admits answered as replays of ours (see
+        :func:`streamdp.engine.engine.admission_scope`)."""
+        ec = self.cfg.engine_config()
+        return replace(ec, scope=f"{ec.scope}:{self.opts.group_id}:{self.opts.input_topic}")
+
     def _restore(self, ck: Checkpoint) -> None:
         self.dstore.discard()
-        engine = ReleaseEngine(self.cfg.engine_config(), self.cfg.build_queries(), self.dstore)
+        engine = ReleaseEngine(self.engine_config(), self.cfg.build_queries(), self.dstore)
         stage = CanonicalStage(engine)
         if ck.state is not None:
             eng_state = ck.state["engine"]
