@@ -183,7 +183,9 @@ async def worker_run(cfg, store_url: str, n: int, **over) -> dict:
             now = time.monotonic()
             lat.extend(now - t_due for _ in summaries)
 
-    opts = WorkerOptions.from_config(cfg.kafka, use_group=False, drain_idle=None, **over)
+    # every run starts from a flushed store on purpose, while Kafka keeps the offsets the earlier run committed:
+    # without allow_empty_store the worker (rightly) refuses to start over
+    opts = WorkerOptions.from_config(cfg.kafka, use_group=False, drain_idle=None, allow_empty_store=True, **over)
     w = Bench(cfg, store, client_kwargs(cfg.kafka), opts)
     t0 = time.perf_counter()
     await w.start()
