@@ -7,9 +7,9 @@ Window close, in order (each step's failure leaves the engine able to retry the 
 
 1. every query :meth:`~streamdp.engine.query.WindowQuery.prepare`\\ s (side-effect free) and states each user's
    worst-case cost;
-2. ONE atomic admit of all users with data in the window (scope :func:`admission_scope`: ``"engine"`` and a
-   digest of the engine's query ids; seq = global window number; idempotent on retry); users that do not fit are
-   halted for good and their data is dropped;
+2. ONE atomic admit of all users with data in the window (scope :func:`admission_scope`: a digest of the stream
+   the service names in ``EngineConfig.scope`` and of the engine's query ids; seq = global window number;
+   idempotent on retry); users that do not fit are halted for good and their data is dropped;
 3. every query releases from admitted users' data only (this advances the query state: tree nodes, counters);
 4. records are written to the store's release log under their idempotency key (query, epoch, window) — if the
    log already holds a *different* record for the key, the engine refuses to go on (:class:`ReleaseConflict`):

@@ -171,7 +171,7 @@ def _parse_ranges(pbuf, starts: np.ndarray, lens: np.ndarray, slow: np.ndarray, 
     stack = [(lo0, hi0, 0, -1, False)]
     reads_left = max(MIN_READS_PER_CHUNK, (hi0 - lo0) // ROWS_PER_READ)
     work_left = WORK_PER_ROW * (hi0 - lo0)
-    buf = None
+    buf = np.frombuffer(pbuf, dtype=np.uint8)  # a view (no copy), for the depth scan
     while stack:
         lo, hi, s, flipped_at, scanned = stack.pop()
         if lo >= hi:
@@ -188,11 +188,7 @@ def _parse_ranges(pbuf, starts: np.ndarray, lens: np.ndarray, slow: np.ndarray, 
             k = int(m.group(1)) if m else -1
             if not 0 <= k < hi - lo:
                 work_left -= hi - lo
-                if not scanned:
-                    buf = np.frombuffer(pbuf, dtype=np.uint8) if buf is None else buf
-                    _scan_then_split(stack, slow, buf, starts, lens, lo, hi, s)
-                else:
-                    _bisect(stack, slow, lo, hi, s)
+                _unexplained(stack, slow, buf, starts, lens, lo, hi, s, scanned)
                 continue
             work_left -= k + 1  # Arrow stops at the row it names
             stack.append((lo, lo + k, s, -1, scanned))  # the prefix parsed (re-checked by its row count)
@@ -204,11 +200,7 @@ def _parse_ranges(pbuf, starts: np.ndarray, lens: np.ndarray, slow: np.ndarray, 
             continue
         work_left -= hi - lo
         if t.num_rows != hi - lo:  # some payload smuggled a second value: find it
-            if not scanned:
-                buf = np.frombuffer(pbuf, dtype=np.uint8) if buf is None else buf
-                _scan_then_split(stack, slow, buf, starts, lens, lo, hi, s)
-            else:
-                _bisect(stack, slow, lo, hi, s)
+            _unexplained(stack, slow, buf, starts, lens, lo, hi, s, scanned)
             continue
         pieces.append((lo, t, s))
     pieces.sort(key=lambda x: x[0])
@@ -223,12 +215,12 @@ def _bisect(stack: list, slow: np.ndarray, lo: int, hi: int, s: int) -> None:
         stack += [(mid, hi, s, -1, True), (lo, mid, s, -1, True)]
 
 
-def _scan_then_split(stack: list, slow: np.ndarray, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray,
-                     lo: int, hi: int, s: int) -> None:
-    """Rows [lo, hi) failed without a row number: mark the rows :func:`_extra_values` flags slow and read the
-    stretches between them again (scanned; a later failure without a row number there bisects). Nothing flagged:
-    bisect."""
-    bad = _extra_values(buf, starts[lo:hi], lens[lo:hi])
+def _unexplained(stack: list, slow: np.ndarray, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray,
+                 lo: int, hi: int, s: int, scanned: bool) -> None:
+    """Rows [lo, hi) failed without a row number (or gave one row too many). Not yet scanned: mark the rows
+    :func:`_extra_values` flags slow and read the stretches between them again (scanned). Scanned already, or
+    nothing flagged: bisect."""
+    bad = np.zeros(0, dtype=np.int64) if scanned else _extra_values(buf, starts[lo:hi], lens[lo:hi])
     if not bad.size:
         _bisect(stack, slow, lo, hi, s)
         return
