@@ -142,8 +142,10 @@ def build_query(where: str, table: dict, *, horizon: int):
     if k.validate is not None:
         k.validate(where, args)
     try:
-        return k.build(qid, horizon=horizon, **args)
+        q = k.build(qid, horizon=horizon, **args)
     except ConfigError:
         raise
     except (ValueError, ArithmeticError) as e:  # e.g. a cost beyond the fixed-point range: one line, at start
         raise ConfigError(f"{where}: kind {kind!r} refuses these parameters: {e}") from None
+    q.config_params = {"kind": kind, **args}  # the release parameters (engine/release_parameters.py)
+    return q

@@ -8,8 +8,8 @@ Window close, in order (each step's failure leaves the engine able to retry the 
 1. every query :meth:`~streamdp.engine.query.WindowQuery.prepare`\\ s (side-effect free) and states each user's
    worst-case cost;
 2. ONE atomic admit of all users with data in the window (scope :func:`admission_scope`: a digest of the stream
-   the service names in ``EngineConfig.scope`` and of the engine's query ids; seq = global window number;
-   idempotent on retry); users that do not fit are halted for good and their data is dropped;
+   the service names in ``EngineConfig.scope`` and of the engine's queries and their parameters; seq = global
+   window number; idempotent on retry); users that do not fit are halted for good and their data is dropped;
 3. every query releases from admitted users' data only (this advances the query state: tree nodes, counters);
 4. records are written to the store's release log under their idempotency key (query, epoch, window) — if the
    log already holds a *different* record for the key, the engine refuses to go on (:class:`ReleaseConflict`):
@@ -34,6 +34,7 @@ from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, SCALES
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
 from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
+from streamdp.engine.release_parameters import canonical, check_unchanged, release_parameters
 from streamdp.filter.store import BudgetStore, StoreError
 from streamdp.input.events import EventBatch
 from streamdp.noise.generator import make_generator
@@ -45,7 +46,7 @@ log = logging.getLogger("streamdp.engine")
 SNAPSHOT_VERSION = 2  # 2: names without the closing bracket (append logs); 1 still loads
 
 
-def admission_scope(base: str, query_ids) -> str:
+def admission_scope(base: str, query_ids, parameters: str = "") -> str:
     """The budget-store scope of an engine's window admissions: ``engine:`` and a 48-bit digest of ``base`` (the
     service names its stream there: consumer group and input topic) and the sorted query ids (short, because the
     scope is a field name in every user's hash).
@@ -56,9 +57,10 @@ def admission_scope(base: str, query_ids) -> str:
     service sharing the store (other query ids, same window numbers) had its users admitted for free wherever the
     first service had admitted them — their data was released uncharged. The Kafka worker puts its consumer group
     and input topic in ``base`` (as in its checkpoint key), so two deployments never share a scope even with the same
-    query ids. Changing the query set or the stream starts a new scope: windows replayed after that charge again
-    (never less)."""
-    digest = hashlib.sha256("\n".join([base, *sorted(query_ids)]).encode("utf-8")).hexdigest()[:12]
+    query ids. The engine passes its release parameters (``release_parameters.canonical``) as ``parameters``: the
+    same query ids under another σ, ε, window length… are other releases. Changing the query set, their parameters
+    or the stream starts a new scope: windows replayed after that charge again (never less)."""
+    digest = hashlib.sha256("\n".join([base, *sorted(query_ids), parameters]).encode("utf-8")).hexdigest()[:12]
     return f"engine:{digest}"
 
 
@@ -127,7 +129,8 @@ class ReleaseEngine:
         self.config = config
         self.queries = list(queries)
         self.store = store
-        self.scope = admission_scope(config.scope, ids)
+        self.parameters = release_parameters(config, self.queries)
+        self.scope = admission_scope(config.scope, ids, canonical(self.parameters))
         self.rng = make_generator(config.unsafe_test_seed)
         self.windows = TumblingWindows(config.window_seconds, config.origin, config.allowed_lateness,
                                        config.idle_timeout)
@@ -372,6 +375,7 @@ class ReleaseEngine:
             "counters": {k: v for k, v in self.counters.__dict__.items()},
             "rng": (self.rng.bit_generator.state
                     if include_rng or self.config.unsafe_test_seed is not None else None),
+            "parameters": canonical(self.parameters),  # restored only under the same (release_parameters.py)
         }
 
     def restore(self, data: bytes) -> None:
@@ -382,6 +386,7 @@ class ReleaseEngine:
         version = st.get("version")
         if version not in (1, SNAPSHOT_VERSION):
             raise ValueError(f"unsupported snapshot version {version}")
+        check_unchanged(st.get("parameters"), self.parameters)  # before anything is loaded
         names = (lambda b: orjson.loads(b)) if version == 1 else (lambda b: orjson.loads(bytes(b) + b"]"))
         self.windows = TumblingWindows.from_state(st["windows"])
         self.users = Names.from_state(names(st["users"]))

@@ -104,6 +104,14 @@ class WindowQuery(abc.ABC):
     def describe(self) -> dict:
         return {"id": self.id, "kind": self.kind, "notion": self.notion}
 
+    #: the validated ``[[query]]`` table (kind and every parameter, defaults filled in), set by the config loader
+    config_params: dict | None = None
+
+    def parameters(self) -> dict:
+        """The parameters this query's costs and state are built under (``release_parameters.py``): the validated
+        configuration table, else (a query built in code) :meth:`describe`."""
+        return dict(self.config_params) if self.config_params is not None else self.describe()
+
 
 _VECTOR_MIN = 256  # lookups of fewer names (or into fewer interned names) go through the dict one by one
 _name_hash = hash  # the accelerator's hash (tests substitute a colliding one: collisions only cost speed)

@@ -12,6 +12,7 @@ from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
 from streamdp.cli.demo import DEFAULT_NYC_CONFIG
 from streamdp.config.loader import parse_config
 from streamdp.engine.engine import ReleaseEngine, admission_scope
+from streamdp.engine.release_parameters import canonical
 from streamdp.filter.redis_store import RedisBudgetStore
 
 
@@ -24,7 +25,8 @@ def _scope(redis_url: str, group: str, topic: str, role: str = "all") -> str:
         w = KafkaWorker(cfg, store, {}, WorkerOptions.from_config(cfg.kafka, role=role), worker_id="w")
         ids = [q["id"] for q in raw["query"]]
         eng = ReleaseEngine(w.engine_config(), cfg.build_queries(), store)
-        assert eng.scope == admission_scope(f"engine:{group}:{topic}", ids)  # by hand: the documented recipe
+        # by hand: the documented recipe (the release parameters are tested in tests/engine/test_release_parameters.py)
+        assert eng.scope == admission_scope(f"engine:{group}:{topic}", ids, canonical(eng.parameters))
         return eng.scope
     finally:
         store.close()
