@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import collections
+import copy
 
 import orjson
 import pytest
@@ -174,3 +175,32 @@ def test_a_budget_store_that_lost_its_state_is_refused(tansu, redis_url, topic_p
     assert not list(RedisBudgetStore.from_url(redis_url).iter_users())  # nobody charged: nothing released
     assert run_to_completion(cfg, redis_url, tmp_path / "w3.log", extra=["--standalone", "--allow-empty-store"]) == 0
     assert list(RedisBudgetStore.from_url(redis_url).iter_users())  # started over, as asked
+
+
+def test_a_checkpoint_is_not_restored_under_other_release_parameters(tansu, redis_url, topic_prefix, tmp_path,
+                                                                        nyc_events):
+    """The operator lowers a query's σ between two runs over one checkpoint: the checkpointed tree was built with
+    the old σ (its nodes' noise, its threshold) while each new contribution would be priced at the new one. The
+    worker refuses to restore (exit 6, the differing parameter named; nothing charged, nothing published); with
+    the configuration reverted it goes on."""
+    raw = service_config(topic_prefix, tansu.bootstrap, partitions=2)
+    cfg = write_config(tmp_path / "service.toml", raw)
+    topic = raw["kafka"]["input_topic"]
+    produce(tansu.bootstrap, topic, nyc_events[:3000], 2)
+    assert run_to_completion(cfg, redis_url, tmp_path / "w1.log", extra=["--standalone"]) == 0, \
+        (tmp_path / "w1.log").read_text()[-2000:]
+    store = RedisBudgetStore.from_url(redis_url)
+    spent = spent_by_user(store)
+    released = releases_on_topics(tansu.bootstrap, raw, 1)
+    produce(tansu.bootstrap, topic, nyc_events[3000:6000], 2)
+    changed = copy.deepcopy(raw)
+    changed["query"][0]["sigma"] = raw["query"][0]["sigma"] / 2
+    cfg2 = write_config(tmp_path / "changed.toml", changed)
+    assert run_to_completion(cfg2, redis_url, tmp_path / "w2.log", extra=["--standalone"]) == 6
+    text = (tmp_path / "w2.log").read_text()
+    assert "other release parameters" in text and "query 'dest_counts' sigma: 3.0 in the checkpoint, 1.5 now" in text
+    assert spent_by_user(store) == spent  # nobody charged
+    assert releases_on_topics(tansu.bootstrap, raw, len(released)) == released  # nothing published
+    assert run_to_completion(cfg, redis_url, tmp_path / "w3.log", extra=["--standalone"]) == 0
+    assert len(releases_on_topics(tansu.bootstrap, raw, len(released) + 1)) > len(released)
+    store.close()

@@ -63,11 +63,12 @@ from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import accept as accept_forward
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, offsets_and_values, split_runs
 from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
-from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, OUTPUT_TOPIC_CONFIGS, ensure_topics, forward_topic,
-                                           output_topic, start_retrying, stop_clients, stop_on_signals,
-                                           topic_partitions)
+from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPED_IN_OUTAGE, OUTPUT_TOPIC_CONFIGS,
+                                           ensure_topics, forward_topic, output_topic, start_retrying, stop_clients,
+                                           stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseEngine, WindowSummary
+from streamdp.engine.release_parameters import ParametersChanged
 from streamdp.filter.store import StoreError
 from streamdp.input.events import FAST_MIN_BATCH, MAX_PAYLOAD_BYTES, DeadLetter, EventBatch, parse_batch
 from streamdp.noise.generator import secure_generator
@@ -554,6 +555,9 @@ class KafkaWorker:
                 break
             except Fenced:
                 raise
+            except ParametersChanged as e:  # no retry can help: the configuration must change back
+                self._refuse_parameters(e)
+                return
             except Exception as e:  # Redis down, Kafka down: back off and retry
                 if self.stopping.is_set():  # SIGTERM during an outage: nothing to save, nothing was published
                     log.error("stopping while the checkpoint cannot be restored; nothing is lost: the next start "
@@ -591,6 +595,12 @@ class KafkaWorker:
                   extra={"worker": self.worker_id, "group": self.group, "topic": self.source_topic})
         self.engine = self.stage = None
         self.exit_code = 4
+        self.stopping.set()
+
+    def _refuse_parameters(self, e: ParametersChanged) -> None:
+        log.error(str(e), extra={"worker": self.worker_id, "group": self.group, "topic": self.source_topic})
+        self.engine = self.stage = None
+        self.exit_code = EXIT_PARAMETERS_CHANGED
         self.stopping.set()
 
     def engine_config(self):
