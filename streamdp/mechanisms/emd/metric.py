@@ -130,10 +130,13 @@ def emd_points(a, b) -> float:
 
     Equal sizes: assignment problem; otherwise the transport LP with weights 1/|a| and 1/|b|.
     """
-    a = np.atleast_2d(np.asarray(a, dtype=np.float64))
-    b = np.atleast_2d(np.asarray(b, dtype=np.float64))
+    a = np.asarray(a, dtype=np.float64)  # no atleast_2d: a flat [0, 1] would be ONE point in ℝ², not two in ℝ
+    b = np.asarray(b, dtype=np.float64)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
-        raise ValueError(f"a and b must be (m, d) arrays of the same d, got {a.shape} and {b.shape}")
+        raise ValueError(f"a and b must be (m, d) arrays of the same d (1-D points as [[x], …]), got {a.shape} "
+                         f"and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("a and b must be finite")
     if a.shape[0] == 0 or b.shape[0] == 0:
         raise ValueError("a and b must be non-empty")
     cost = np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1))
