@@ -36,6 +36,10 @@ def _distance_matrix(dist) -> np.ndarray:
         raise ValueError(f"dist must be a square matrix, got shape {d.shape}")
     if not np.all(np.isfinite(d)) or np.any(d < 0):
         raise ValueError("dist must have finite, non-negative entries")
+    # a metric (the common-mass cancellation below relies on it): zero diagonal and symmetric, checked here in
+    # O(k²); the triangle inequality (O(k³)) is the caller's promise
+    if np.any(np.diag(d) != 0) or not np.array_equal(d, d.T):
+        raise ValueError("dist must be a metric: zero on the diagonal and symmetric")
     return d
 
 

@@ -24,3 +24,13 @@ def test_arrays_that_are_not_point_lists_are_refused(a, b):
 def test_non_finite_points_are_refused():
     with pytest.raises(ValueError, match="finite"):
         emd_points([[np.nan]], [[0.0]])
+
+
+@pytest.mark.parametrize("dist", [[[0.0, 1.0], [0.5, 0.0]], [[0.1, 1.0], [1.0, 0.0]]])
+def test_a_ground_cost_that_is_not_a_metric_is_refused(dist):
+    """Asymmetric, or a non-zero diagonal: the common mass min(h, h') may then not stay in place (the solver
+    cancels it), so the value would not be the transport cost."""
+    from streamdp.mechanisms.emd.metric import emd_histograms
+
+    with pytest.raises(ValueError, match="must be a metric"):
+        emd_histograms([0.5, 0.5], [1.0, 0.0], dist)
