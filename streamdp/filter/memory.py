@@ -292,16 +292,8 @@ class MemoryBudgetStore(BudgetStore):
         """Settle of the known users: batch positions ``pos``, store ids ``ids``; ``name_at(k)`` names the user at
         batch position ``k`` (for the error message)."""
         sc = self._scope(scope)
-        same = sc.last_seq[ids] == seq
-        live = same & sc.open[ids]
+        live = (sc.last_seq[ids] == seq) & sc.open[ids]
         if not live.all():
-            done = same & ~sc.open[ids] & sc.last_ok[ids]  # settled before: a replay may not ask for more
-            if done.any():
-                over = rows_any_nonzero(actual[pos[done]] > sc.reserved[ids[done]])
-                if over.any():
-                    bad = name_at(int(pos[done][np.argmax(over)]))
-                    raise ReplayCostExceeded(f"a replayed settle charges user {bad!r} more than the batch's first "
-                                             "settle: the replay is not the release that was charged")
             pos, ids = pos[live], ids[live]
         act = actual[pos]
         res = sc.reserved[ids]

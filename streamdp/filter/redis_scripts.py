@@ -348,9 +348,8 @@ return table.concat(out)
 #: KEYS = [user keys...]
 #: ARGV = [scope field, seq, m, w, m actual-cost vectors (6 decimal strings each), index string (as for ADMIT),
 #: mode ('1': only validate, write nothing)]
-#: Returns 0 on success, the 1-based position of the first user whose actual cost exceeds the reservation, or minus
-#: the position of the first user whose batch was settled before and who is now asked for more than that settle
-#: (a replay that is not the release that was charged); in both cases nothing was written.
+#: Returns 0 on success, or the 1-based position of the first user whose actual cost exceeds the reservation
+#: (then nothing was written).
 #:
 #: Per user: one HGET of the scope state (pass 1: find the open reservations of batch (scope, seq) and validate
 #: 0 <= actual <= reserved), then (pass 2) one HINCRBY by -(reserved - actual) per component that changes (exact
@@ -381,13 +380,11 @@ for j = 1, m do
 end
 local n = #KEYS
 local ZERO6 = {'0', '0', '0', '0', '0', '0'}
-local STATE = '^(%S+) (%d) (%d) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)$'
+local STATE = '^(%S+) %d (%d) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)$'
 -- RES: state string -> its reservation (6 strings) if it is an open reservation of batch (scope, seq), else false.
--- DONE: state string -> the settled amount (6 strings) if it is an admission of batch (scope, seq) settled before
--- (a replayed settle may not ask for more: the answer is then -u).
 -- DEL[j]: reservation -> {component, '-' .. (reserved - actual), ...} for the components that change, or false
 -- when the actual cost vector j exceeds the reservation.
-local RES, DEL, DONE = {}, {}, {}
+local RES, DEL = {}, {}
 -- pass 1: find the open reservations of batch (scope, seq) and check 0 <= actual <= reserved (flat arrays: no
 -- table per user)
 local lu, lj, ld = {}, {}, {}
@@ -398,22 +395,11 @@ for u = 1, n do
     local r = RES[st]
     if r == nil then
       r = false
-      local a, ok, open, r1, r2, r3, r4, r5, r6 = string.match(st, STATE)
-      if tonumber(a) == seq then
-        local v = ZERO6
-        if r1 ~= '' then v = {r1, r2, r3, r4, r5, r6} end
-        if open == '1' then r = v elseif ok == '1' then DONE[st] = v end
+      local a, open, r1, r2, r3, r4, r5, r6 = string.match(st, STATE)
+      if open == '1' and tonumber(a) == seq then
+        if r1 ~= '' then r = {r1, r2, r3, r4, r5, r6} else r = ZERO6 end
       end
       RES[st] = r
-    end
-    local done = not r and DONE[st]
-    if done then
-      local j = 1
-      if m > 1 then j = index_of(ix, w, u) end
-      local c = costs[j]
-      for i = 1, 6 do
-        if c[i] ~= '0' and not fits('0', c[i], done[i]) then return -u end
-      end
     end
     if r then
       local j = 1

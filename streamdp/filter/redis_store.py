@@ -486,10 +486,6 @@ class RedisBudgetStore(BudgetStore):
             tail = b"$1\r\n%b\r\n" % mode
             calls = [_Call(k, k + a + 1, body + tail) for k, body, a in bodies]
             for lo, bad in zip(starts, self._call(lambda: self._eval_many("settle", calls))):
-                if bad and int(bad) < 0:
-                    raise ReplayCostExceeded(f"a replayed settle charges user {name_at(lo - int(bad) - 1)!r} more "
-                                             "than the batch's first settle: the replay is not the release that "
-                                             "was charged")
                 if bad:
                     raise ValueError("settle: actual cost exceeds the reservation of user "
                                      f"{name_at(lo + int(bad) - 1)!r}")

@@ -24,9 +24,7 @@ Semantics (DESIGN.md §3):
   of the batch answers them from their state.
 * :meth:`BudgetStore.settle` lowers an admitted user's charge for batch ``(scope, seq)`` from the reserved cost to
   the actual cost (``0 ≤ actual ≤ reserved`` componentwise, else :class:`ValueError`). Settling twice, or a batch
-  that has no reservation for the user, is a no-op — except that a second settle of an admitted user's batch asking
-  more than the first settled (a replay that released more than was charged) raises :class:`ReplayCostExceeded`,
-  and nothing is written. Recorded spend never drops below what was executed.
+  that has no reservation for the user, is a no-op. Recorded spend never drops below what was executed.
 * The **release log** maps an idempotency key (query, epoch, window) to the published record bytes; the first
   write wins and every later write returns the stored bytes.
 * The **ledger** is an append-only list of JSON-able dict entries (releases and administrative changes).

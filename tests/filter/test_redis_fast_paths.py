@@ -290,7 +290,6 @@ def test_random_differential_names_and_ids(redis_url, seed):
     table.ids(names[:60])
     seqs = {"a": 1, "b": 1, "c": 1}
     opened: list = []
-    settled: dict = {}
     n_refused = n_replays = 0
     for step in range(150):
         if step % 41 == 20:
@@ -332,12 +331,6 @@ def test_random_differential_names_and_ids(redis_url, seed):
         if rng.random() < 0.4:
             sel = np.flatnonzero(want)
             actual = (costs[sel] * rng.random((sel.size, N_COMPONENTS))).astype(np.int64) // unit * unit
-            first = settled.setdefault((scope, seq), {})  # a replay settles as the first attempt did (contract)
-            for k, i in enumerate(sel.tolist()):
-                if users[i] in first:
-                    actual[k] = first[users[i]]
-                else:
-                    first[users[i]] = actual[k].copy()
             if by_ids:
                 red.settle_ids(scope, seq, ids[sel], actual, table)
             else:
