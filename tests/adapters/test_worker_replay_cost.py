@@ -7,7 +7,6 @@ nondeterministic by hand (the counts query reserves twice as much)."""
 
 from __future__ import annotations
 
-from replay_helpers import inflate_reservations
 from test_worker_protocol_gaps3 import OUT, Trace, _fetched, _input, _worker
 
 from streamdp.adapters.kafka.topics import EXIT_REPLAY_COST
@@ -30,7 +29,14 @@ async def test_a_replay_that_reserves_more_stops_the_worker_with_nothing_publish
     assert await w._safe(w._step, [_fetched(w, events)]) is False  # the fault: restored, to be replayed
     charged = _spent(redis_url)
     assert charged and w.engine is not None and w.exit_code == 0
-    inflate_reservations(w.engine.queries[0])
+    q = w.engine.queries[0]
+    prepare = q.prepare
+
+    def more(win, rng):
+        r = prepare(win, rng)
+        r.costs = r.costs * 2
+        return r
+    q.prepare = more
     assert await w._safe(w._step, [_fetched(w, events)]) is False
     assert w.exit_code == EXIT_REPLAY_COST == 7 and w.stopping.is_set() and w.engine is None
     assert not [c for c in trace.calls if c[0] == "send" and c[1].startswith(OUT)]  # nothing published

@@ -15,8 +15,6 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from replay_helpers import inflate_reservations
-
 from streamdp.accounting.cost import INT64_MAX, N_COMPONENTS
 from streamdp.filter.store import ReplayCostExceeded
 
@@ -115,7 +113,14 @@ def test_the_engine_refuses_a_replay_that_reserves_more_and_logs_no_release(make
         deferred = DeferredReleaseLog(store)
         eng = ReleaseEngine(c.engine_config(), c.build_queries(), deferred)
         if inflate:
-            inflate_reservations(eng.queries[0])
+            q = eng.queries[0]
+            prepare = q.prepare
+
+            def more(w, rng):
+                r = prepare(w, rng)
+                r.costs = r.costs * 2
+                return r
+            q.prepare = more
         eng.ingest(batch)
         try:
             return eng.flush()
