@@ -375,7 +375,7 @@ class RedisBudgetStore(BudgetStore):
         halted = np.flatnonzero(codes == _HALTED)
         if halted.size:
             self._halted_names.setdefault(scope, set()).update(sent[i] for i in halted.tolist())
-        return self._mask(n, send, codes, users.__getitem__)
+        return self._mask(n, send, codes)
 
     def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table) -> np.ndarray:
         if type(self).admit is not RedisBudgetStore.admit:  # a subclass's own admit keeps its say
@@ -399,7 +399,7 @@ class RedisBudgetStore(BudgetStore):
             if known is None or known.size < len(table):
                 known = self._grow_halted_ids(scope, len(table))
             known[uid[halted] if send is None else uid[send[halted]]] = True
-        return self._mask(n, send, codes, lambda i: table.names(uid[i:i + 1])[0])
+        return self._mask(n, send, codes)
 
     def _grow_halted_ids(self, scope: str, m: int) -> np.ndarray:
         old = self._halted_ids.get(scope)
@@ -410,16 +410,8 @@ class RedisBudgetStore(BudgetStore):
         return new
 
     @staticmethod
-    def _mask(n: int, send: np.ndarray | None, codes: np.ndarray, name_at: Callable[[int], str]) -> np.ndarray:
-        """The admission mask of a batch of n users of which ``send`` (None: all) were asked with answer codes;
-        ``name_at(i)`` names the user at batch position i (for the error of a replay that asks too much)."""
-        over = codes == _OVER
-        if over.any():
-            i = int(np.argmax(over))
-            u = name_at(i if send is None else int(send[i]))
-            raise ReplayCostExceeded(f"a replayed admit asks user {u!r} for more than the open reservation of this "
-                                     "batch: the replay is not the release that was charged; nothing of it may be "
-                                     "published")
+    def _mask(n: int, send: np.ndarray | None, codes: np.ndarray) -> np.ndarray:
+        """The admission mask of a batch of n users of which ``send`` (None: all) were asked with answer codes."""
         if send is None:
             return codes == _ADMITTED
         out = np.zeros(n, dtype=bool)
@@ -450,7 +442,12 @@ class RedisBudgetStore(BudgetStore):
             if not isinstance(r, bytes) or len(r) != hi - lo:
                 raise StoreError(f"admit script answered {r!r:.40} for {hi - lo} users")
             out[lo:hi] = np.frombuffer(r, dtype=np.uint8)
-        if not ((out == _ADMITTED) | (out == _HALTED) | (out == _REFUSED) | (out == _OVER)).all():
+        over = out == _OVER
+        if over.any():
+            raise ReplayCostExceeded(f"a replayed admit asks user #{int(np.argmax(over))} of the batch for more than "
+                                     "the open reservation of this batch: the replay is not the release that was "
+                                     "charged; nothing of it may be published")
+        if not ((out == _ADMITTED) | (out == _HALTED) | (out == _REFUSED)).all():
             raise StoreError("admit script answered an unknown code")
         return out
 
