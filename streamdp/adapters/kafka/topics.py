@@ -55,7 +55,6 @@ def stop_on_signals(request_stop) -> None:
 
 EXIT_STOPPED_IN_OUTAGE = 5  # `streamdp run` exit code: SIGTERM while a store or Kafka outage holds the worker
 EXIT_PARAMETERS_CHANGED = 6  # `streamdp run` exit code: the checkpoint was written under other release parameters
-EXIT_REPLAY_COST = 7  # `streamdp run` exit code: a replay asked more than its open reservation (a bug; nothing published)
 
 
 async def start_retrying(start, stop, stopping: asyncio.Event, *, first_delay: float = 0.5,

@@ -63,13 +63,13 @@ from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import accept as accept_forward
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, offsets_and_values, split_runs
 from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
-from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_REPLAY_COST, EXIT_STOPPED_IN_OUTAGE,
-                                           OUTPUT_TOPIC_CONFIGS, ensure_topics, forward_topic, output_topic,
-                                           start_retrying, stop_clients, stop_on_signals, topic_partitions)
+from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPED_IN_OUTAGE, OUTPUT_TOPIC_CONFIGS,
+                                           ensure_topics, forward_topic, output_topic, start_retrying, stop_clients,
+                                           stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseEngine, WindowSummary
 from streamdp.engine.release_parameters import ParametersChanged
-from streamdp.filter.store import ReplayCostExceeded, StoreError
+from streamdp.filter.store import StoreError
 from streamdp.input.events import FAST_MIN_BATCH, MAX_PAYLOAD_BYTES, DeadLetter, EventBatch, parse_batch
 from streamdp.noise.generator import secure_generator
 
@@ -508,12 +508,6 @@ class KafkaWorker:
             log.error("fenced: another worker owns the checkpoint; exiting", extra={"error": str(e)})
             self.engine = self.stage = None
             self.exit_code = 3
-            self.stopping.set()
-        except ReplayCostExceeded as e:  # a replay that is not the charged release: no retry can make it one
-            log.error("replay asks more than was charged; nothing published; exiting (keep the checkpoint and the "
-                      "store as they are and report this as a bug)", extra={"error": str(e)})
-            self.engine = self.stage = None
-            self.exit_code = EXIT_REPLAY_COST
             self.stopping.set()
         return False
 
