@@ -1,9 +1,9 @@
 """Per-user privacy filters: the budget-store contract and its stores (in-memory, Redis)."""
 
 from streamdp.filter.memory import MemoryBudgetStore
-from streamdp.filter.store import BudgetStore, ReplayCostExceeded, StoreError, UserBudget
+from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 
-__all__ = ["BudgetStore", "MemoryBudgetStore", "ReplayCostExceeded", "StoreError", "UserBudget", "open_store"]
+__all__ = ["BudgetStore", "MemoryBudgetStore", "StoreError", "UserBudget", "open_store"]
 
 
 def open_store(url: str | None, default_budget=None) -> BudgetStore:

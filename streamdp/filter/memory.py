@@ -16,7 +16,7 @@ import numpy as np
 
 from streamdp.accounting.cost import INT64_MAX, N_COMPONENTS
 from streamdp.arrays import put_rows, rows_all, rows_any_nonzero, take_rows
-from streamdp.filter.store import BudgetStore, ReplayCostExceeded, UserBudget, as_cost_matrix
+from streamdp.filter.store import BudgetStore, UserBudget, as_cost_matrix
 
 _NO_SEQ = np.iinfo(np.int64).min
 SEQ_LIMIT = 2**53  # batch sequence numbers are compared as Lua numbers by the Redis store
@@ -236,25 +236,11 @@ class MemoryBudgetStore(BudgetStore):
         replay_same = last == seq
         stale = last > seq
         fresh = ~(replay_same | stale)
-        self._check_replay(sc, ids[replay_same], costs[replay_same])
         out = np.empty(ids.size, dtype=bool)
         out[replay_same] = sc.last_ok[ids[replay_same]]
         out[stale] = ~self._halted[ids[stale]]
         out[fresh] = self._charge(sc, seq, ids[fresh], costs[fresh])
         return out
-
-    def _check_replay(self, sc: _ScopeState, rid: np.ndarray, rc: np.ndarray) -> None:
-        """A replay (users ``rid`` asked ``rc`` for the batch of their last seq) must not ask an admitted user for
-        more than their reservation while it is open (see the store contract); checked before anything is written."""
-        if not rid.size:
-            return
-        live = sc.last_ok[rid] & sc.open[rid]
-        over = live & rows_any_nonzero(rc > take_rows(sc.reserved, rid))
-        if over.any():
-            u = self._names[int(rid[np.argmax(over)])]
-            raise ReplayCostExceeded(f"a replayed admit asks user {u!r} for more than the open reservation of this "
-                                     "batch: the replay is not the release that was charged; nothing of it may be "
-                                     "published")
 
     def _charge(self, sc: _ScopeState, seq: int, fid: np.ndarray, fc: np.ndarray) -> np.ndarray:
         """Check-and-charge of users with no earlier outcome for this batch (000 Alg. 1 with filter eq. (7))."""

@@ -111,9 +111,7 @@ end
 #: Returns a string with one character per user: '1' admitted; 'h' refused, and the user is halted with a refusal
 #: (or no) state in this scope, which is permanent: every later admit of the user in this scope, of any seq, is
 #: refused without a write (the store may answer it without asking Redis); '0' refused otherwise (a stale replay
-#: of a halted user whose state in this scope is an admission); 'x' a replay of the same batch that asks an admitted
-#: user for more than their still-open reservation (nothing written for them; the store raises
-#: ``ReplayCostExceeded``).
+#: of a halted user whose state in this scope is an admission).
 #:
 #: Cost per user (Redis' cost of a call inside a script grows with its arguments and reply elements, and is most
 #: of the total): one read (HGETALL, or HMGET of the 9 fields read) and one HSET — none for a halted user whose
@@ -187,22 +185,6 @@ local function prepare(j)
   if memo then memos[j] = {{}, {}, {}, {}, {}, {}} end
 end
 local REFUSED = seqs .. ' 0 0'
--- a replay of an admitted user: does it ask more than the reservation of its state st while that is still open
--- (unsettled)? (a settled state holds the actual cost, below what a replay asks: not checked). Replays only.
-local OPEN = '^%S+ %d 1 ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)$'
-local function over_open(st, j)
-  local r1, r2, r3, r4, r5, r6 = string.match(st, OPEN)
-  if not r1 then return false end
-  if not costs[j] then prepare(j) end
-  local c = costs[j]
-  local r = {r1, r2, r3, r4, r5, r6}
-  for i = 1, 6 do
-    local ri = r[i]
-    if ri == '' then ri = '0' end
-    if c[i] ~= '0' and not fits('0', c[i], ri) then return true end
-  end
-  return false
-end
 local LAST, OKC = {}, {}  -- (memo) scope state string -> its last applied seq, and that batch's outcome
 local nv = {}    -- the new spent strings of the current user
 -- Reading a user: HGETALL (2 arguments, 2 reply elements per stored field: 0 for a new user) while the users'
@@ -253,9 +235,7 @@ for u = 1, n do
   end
   if last and last >= seq then
     if last == seq then                              -- replay of the same batch: first outcome, no charge
-      if okc == '0' then out[u] = 'h'
-      elseif over_open(st, j) then out[u] = 'x'       -- asks more than its open reservation (see the doc)
-      else out[u] = okc end
+      if okc == '0' then out[u] = 'h' else out[u] = okc end
     elseif halted then                               -- stale replay: admitted iff not halted, no charge
       if okc == '0' then out[u] = 'h' else out[u] = '0' end
     else

@@ -50,7 +50,7 @@ import numpy as np
 from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.filter import redis_scripts
 from streamdp.filter.memory import check_batch, check_budget, check_id_batch, ledger_entry_json
-from streamdp.filter.store import BudgetStore, ReplayCostExceeded, StoreError, UserBudget
+from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ T = TypeVar("T")
 
 DEFAULT_CHUNK = 10_000
 # answer codes of the admit script, one byte per user (see redis_scripts.ADMIT)
-_ADMITTED, _HALTED, _REFUSED, _OVER = ord("1"), ord("h"), ord("0"), ord("x")
+_ADMITTED, _HALTED, _REFUSED = ord("1"), ord("h"), ord("0")
 _SPENT_FIELDS = tuple(f"s{i}".encode() for i in range(N_COMPONENTS))
 _BUDGET_FIELDS = tuple(f"b{i}".encode() for i in range(N_COMPONENTS))
 
@@ -442,11 +442,6 @@ class RedisBudgetStore(BudgetStore):
             if not isinstance(r, bytes) or len(r) != hi - lo:
                 raise StoreError(f"admit script answered {r!r:.40} for {hi - lo} users")
             out[lo:hi] = np.frombuffer(r, dtype=np.uint8)
-        over = out == _OVER
-        if over.any():
-            raise ReplayCostExceeded(f"a replayed admit asks user #{int(np.argmax(over))} of the batch for more than "
-                                     "the open reservation of this batch: the replay is not the release that was "
-                                     "charged; nothing of it may be published")
         if not ((out == _ADMITTED) | (out == _HALTED) | (out == _REFUSED)).all():
             raise StoreError("admit script answered an unknown code")
         return out

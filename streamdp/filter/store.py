@@ -15,13 +15,7 @@ Semantics (DESIGN.md §3):
 * Each batch is identified by ``(scope, seq)`` where ``seq`` increases per scope (the engine uses its window
   sequence number). Idempotency: a repeated admit of the same ``(scope, seq)`` returns, for every user it already
   applied to, the first outcome and charges nothing; a user whose last applied seq in that scope is *greater*
-  than ``seq`` (a stale replay) is answered "admitted iff not halted" and charged nothing. A replay that asks an
-  admitted user for more than their reservation of that batch, while it is still open (not settled), raises
-  :class:`ReplayCostExceeded`: it would release more than was charged. (Once settled, the recorded amount is the
-  actual cost, below the reservation a replay asks for, so no check is possible; queries whose costs are known
-  before the release never settle, so their reservations stay open and are always checked.) Users of the batch
-  other than the offending ones may have been processed (the Redis store runs users in chunks); every later admit
-  of the batch answers them from their state.
+  than ``seq`` (a stale replay) is answered "admitted iff not halted" and charged nothing.
 * :meth:`BudgetStore.settle` lowers an admitted user's charge for batch ``(scope, seq)`` from the reserved cost to
   the actual cost (``0 ≤ actual ≤ reserved`` componentwise, else :class:`ValueError`). Settling twice, or a batch
   that has no reservation for the user, is a no-op. Recorded spend never drops below what was executed.
@@ -43,11 +37,6 @@ from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, Cost, fixed_to_co
 
 class StoreError(RuntimeError):
     """The budget store cannot be reached or answered wrongly; nothing was charged or published."""
-
-
-class ReplayCostExceeded(RuntimeError):
-    """A replayed admit asked a user for more than the reservation still open for that batch: it cannot be the
-    release that was charged (a nondeterministic replay — a bug). Nothing of it may be published; not retryable."""
 
 
 @dataclass

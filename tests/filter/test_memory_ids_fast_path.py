@@ -53,7 +53,6 @@ def test_id_path_equals_name_path_on_random_batches(seed):
     table = Names()
     table.ids([f"n{i}" for i in range(30)])
     seqs = {"engine": 1, "other": 1}
-    history: dict = {}
     n_settle = n_refused = n_replay = 0
     for step in range(120):
         if step % 17 == 5:  # the engine interns new users
@@ -79,12 +78,6 @@ def test_id_path_equals_name_path_on_random_batches(seed):
             ids = np.sort(ids)  # the engine's batches are sorted; others must work too
         costs = rng.integers(0, 6, (m, N_COMPONENTS)) * (rng.random((m, N_COMPONENTS)) < 0.5)
         costs[rng.random(m) < 0.1] = 0
-        asked = history.setdefault((scope, seq), {})  # a replay asks what the first attempt asked (the contract)
-        for k, i in enumerate(ids.tolist()):
-            if i in asked:
-                costs[k] = asked[i]
-            else:
-                asked[i] = costs[k].copy()
         a = fast.admit_ids(scope, seq, ids, costs, table)
         b = slow.admit_ids(scope, seq, ids, costs, table)
         np.testing.assert_array_equal(a, b)
