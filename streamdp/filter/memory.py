@@ -238,7 +238,7 @@ class MemoryBudgetStore(BudgetStore):
         fresh = ~(replay_same | stale)
         out = np.empty(ids.size, dtype=bool)
         out[replay_same] = sc.last_ok[ids[replay_same]]
-        out[stale] = ~self._halted[ids[stale]]
+        out[stale] = True  # a refusal halts for good and is the last state written: earlier seqs were admissions
         out[fresh] = self._charge(sc, seq, ids[fresh], costs[fresh])
         return out
 
@@ -256,7 +256,15 @@ class MemoryBudgetStore(BudgetStore):
         else:
             self._spent[fid[ok]] += fc[ok]
             self._halted[fid[~halted & ~ok]] = True
-            sc.reserved[fid] = np.where(ok[:, None], fc, 0)
+            # a user already halted whose state here is a refusal (or none) keeps that state, as in the Redis
+            # script: its seq stays the user's first refusal in the scope (stale replays rely on it)
+            w = ~(halted & ~sc.last_ok[fid])
+            wid, wok = fid[w], ok[w]
+            sc.reserved[wid] = np.where(wok[:, None], fc[w], 0)
+            sc.last_seq[wid] = seq
+            sc.last_ok[wid] = wok
+            sc.open[wid] = wok
+            return ok
         sc.last_seq[fid] = seq
         sc.last_ok[fid] = ok
         sc.open[fid] = ok

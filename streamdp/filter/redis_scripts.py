@@ -109,9 +109,12 @@ end
 #: ARGV = [scope field, seq, m, w, m cost vectors (6 decimal strings each), index string (w bytes per user when
 #: m > 1, else empty)]
 #: Returns a string with one character per user: '1' admitted; 'h' refused, and the user is halted with a refusal
-#: (or no) state in this scope, which is permanent: every later admit of the user in this scope, of any seq, is
-#: refused without a write (the store may answer it without asking Redis); '0' refused otherwise (a stale replay
-#: of a halted user whose state in this scope is an admission).
+#: (or no) state in this scope, which is permanent: every later admit of the user in this scope, of this seq or a
+#: later one, is refused without a write (the store may answer it without asking Redis); '0' is no longer answered.
+#: A stale replay (the user's state in the scope is of a later seq) is answered '1' and charges nothing: a refusal
+#: halts for good and its state is never rewritten, so the state's seq is the user's first refusal in the scope and
+#: the user was admitted at every earlier seq they took part in (answering "refused" to a halted user, as the
+#: first version did, made a deterministic replay drop data that the first run had released).
 #:
 #: Cost per user (Redis' cost of a call inside a script grows with its arguments and reply elements, and is most
 #: of the total): one read (HGETALL, or HMGET of the 9 fields read) and one HSET — none for a halted user whose
@@ -236,9 +239,7 @@ for u = 1, n do
   if last and last >= seq then
     if last == seq then                              -- replay of the same batch: first outcome, no charge
       if okc == '0' then out[u] = 'h' else out[u] = okc end
-    elseif halted then                               -- stale replay: admitted iff not halted, no charge
-      if okc == '0' then out[u] = 'h' else out[u] = '0' end
-    else
+    else                                             -- stale replay: admitted, no charge (see the doc)
       out[u] = '1'
     end
   elseif halted and okc ~= '1' then

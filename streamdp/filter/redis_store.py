@@ -59,6 +59,7 @@ T = TypeVar("T")
 DEFAULT_CHUNK = 10_000
 # answer codes of the admit script, one byte per user (see redis_scripts.ADMIT)
 _ADMITTED, _HALTED, _REFUSED = ord("1"), ord("h"), ord("0")
+_NEVER = np.iinfo(np.int64).max  # halted-user cache: not known to be refused
 _SPENT_FIELDS = tuple(f"s{i}".encode() for i in range(N_COMPONENTS))
 _BUDGET_FIELDS = tuple(f"b{i}".encode() for i in range(N_COMPONENTS))
 
@@ -133,9 +134,10 @@ class RedisBudgetStore(BudgetStore):
         self._xfrag = np.empty(0, dtype=object)
         self._xhave = np.zeros(0, dtype=bool)
         # users known to be refused for good in a scope (answer code 'h' of the admit script: halted, with a
-        # refusal or no state in the scope): later admits answer them without asking Redis. Names per scope
-        # (admit), and table ids of _xtable per scope (admit_ids).
-        self._halted_names: dict[str, set[str]] = {}
+        # refusal or no state in the scope), with the seq of that answer: later admits of that seq or a later one
+        # answer them without asking Redis (an earlier seq is a stale replay, which Redis answers "admitted").
+        # name → seq per scope (admit), and per table id of _xtable per scope (admit_ids; _NEVER: not known).
+        self._halted_names: dict[str, dict[str, int]] = {}
         self._halted_ids: dict[str, np.ndarray] = {}
         if default_budget is not None:
             b = check_budget(default_budget, "default_budget")
@@ -367,14 +369,17 @@ class RedisBudgetStore(BudgetStore):
         known = self._halted_names.get(scope)
         send = None
         if known:
-            send = np.flatnonzero(np.fromiter((u not in known for u in users), dtype=bool, count=n))
+            get = known.get
+            send = np.flatnonzero(np.fromiter((get(u, _NEVER) > seq for u in users), dtype=bool, count=n))
             if send.size == n:
                 send = None
         sent = users if send is None else [users[i] for i in send.tolist()]
         codes = self._admit(scope, seq, self._key_frags(sent), costs if send is None else costs[send])
         halted = np.flatnonzero(codes == _HALTED)
         if halted.size:
-            self._halted_names.setdefault(scope, set()).update(sent[i] for i in halted.tolist())
+            known = self._halted_names.setdefault(scope, {})
+            for i in halted.tolist():
+                known[sent[i]] = min(known.get(sent[i], _NEVER), seq)
         return self._mask(n, send, codes)
 
     def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table) -> np.ndarray:
@@ -390,7 +395,7 @@ class RedisBudgetStore(BudgetStore):
         if known is not None:
             if known.size < len(table):
                 known = self._grow_halted_ids(scope, len(table))
-            k = known[uid]
+            k = known[uid] <= seq
             if k.any():
                 send = np.flatnonzero(~k)
         codes = self._admit(scope, seq, frags if send is None else frags[send], costs if send is None else costs[send])
@@ -398,12 +403,13 @@ class RedisBudgetStore(BudgetStore):
         if halted.size:
             if known is None or known.size < len(table):
                 known = self._grow_halted_ids(scope, len(table))
-            known[uid[halted] if send is None else uid[send[halted]]] = True
+            hid = uid[halted] if send is None else uid[send[halted]]
+            known[hid] = np.minimum(known[hid], seq)
         return self._mask(n, send, codes)
 
     def _grow_halted_ids(self, scope: str, m: int) -> np.ndarray:
         old = self._halted_ids.get(scope)
-        new = np.zeros(max(m, 1024, 0 if old is None else 2 * old.size), dtype=bool)
+        new = np.full(max(m, 1024, 0 if old is None else 2 * old.size), _NEVER, dtype=np.int64)
         if old is not None:
             new[:old.size] = old
         self._halted_ids[scope] = new

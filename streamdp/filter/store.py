@@ -15,7 +15,11 @@ Semantics (DESIGN.md §3):
 * Each batch is identified by ``(scope, seq)`` where ``seq`` increases per scope (the engine uses its window
   sequence number). Idempotency: a repeated admit of the same ``(scope, seq)`` returns, for every user it already
   applied to, the first outcome and charges nothing; a user whose last applied seq in that scope is *greater*
-  than ``seq`` (a stale replay) is answered "admitted iff not halted" and charged nothing.
+  than ``seq`` (a stale replay) is answered "admitted" and charged nothing. (A refusal halts the user for good,
+  and a refused user's state is never rewritten, so a state of a later seq means the user was not refused at
+  ``seq``: the first outcome, if they took part, was an admission. "Refused if halted", the first rule, made a
+  replay after a crash drop the data of a user halted in a later window that the lost run had closed, and so
+  release something other than what was charged.)
 * :meth:`BudgetStore.settle` lowers an admitted user's charge for batch ``(scope, seq)`` from the reserved cost to
   the actual cost (``0 ≤ actual ≤ reserved`` componentwise, else :class:`ValueError`). Settling twice, or a batch
   that has no reservation for the user, is a no-op. Recorded spend never drops below what was executed.

@@ -321,11 +321,16 @@ def test_replay_same_batch_same_mask_no_charge(make_store):
     assert spent(st, "d") == vec(zcdp_rho=6) and spent(st, "a") == vec(zcdp_rho=4)
 
 
-def test_stale_seq_admitted_iff_not_halted_no_charge(make_store):
+def test_stale_seq_admitted_no_charge(make_store):
+    """A stale replay (the user's state is of a later seq) is answered "admitted": a refusal halts for good and its
+    state is never rewritten, so whoever took part at the earlier seq was admitted then (b's first refusal is at
+    5). Answering "refused" to halted users made a replay drop data the lost run had released."""
     st = make_store(vec(zcdp_rho=10))
     st.admit("q", 5, ["a", "b"], [vec(zcdp_rho=3), vec(zcdp_rho=20)])
-    assert st.admit("q", 2, ["a", "b"], vec(zcdp_rho=9)).tolist() == [True, False]
+    assert st.admit("q", 2, ["a", "b"], vec(zcdp_rho=9)).tolist() == [True, True]
     assert spent(st, "a") == vec(zcdp_rho=3) and spent(st, "b") == Z
+    assert st.admit("q", 5, ["a", "b"], vec(zcdp_rho=9)).tolist() == [True, False]  # the same seq: first outcome
+    assert st.admit("q", 6, ["b"], Z).tolist() == [False]  # and later ones: halted
 
 
 def test_scopes_are_independent(make_store):
