@@ -1,7 +1,8 @@
 """An engine's release parameters: what fixes each release's privacy cost and what its state was built under.
 
 They are the window structure (``EngineConfig``: window length, origin, horizon L, allowed lateness, idle timeout,
-future limit — which events land in which window) and every query's validated parameters (σ, ε, δ, k, bounds…).
+future limit — which events land in which window) and every query's validated parameters (σ, ε, δ, k, bounds…),
+in the order of the queries (the engine draws their noise in that order).
 
 They are used twice (DESIGN.md §3: a retry charges nothing, and never publishes fresh noise):
 
@@ -37,7 +38,7 @@ class ParametersChanged(ValueError):
 def release_parameters(config, queries) -> dict:
     """The release parameters of an engine with ``config`` (an ``EngineConfig``) and ``queries``."""
     return {"windows": {f: getattr(config, f) for f in WINDOW_FIELDS},
-            "queries": {q.id: q.parameters() for q in queries}}
+            "queries": [[q.id, q.parameters()] for q in queries]}  # in engine order: noise is drawn in that order
 
 
 def _plain(x):
@@ -67,12 +68,18 @@ def check_unchanged(stored: str | None, current: dict) -> None:
     old = json.loads(stored)
     new = json.loads(canonical(current))
     diffs = [f"service.{c}" for c in _changes(old["windows"], new["windows"])]
-    for qid, params in new["queries"].items():
-        if qid not in old["queries"]:
+    old_q, new_q = dict(old["queries"]), dict(new["queries"])  # (a dict: the first form, without the order)
+    for qid, params in new_q.items():
+        if qid not in old_q:
             diffs.append(f"query {qid!r} is not in the checkpoint (a query cannot be added to a running "
                          "deployment: its state would start in the middle of an epoch)")
         else:
-            diffs += [f"query {qid!r} {c}" for c in _changes(old["queries"][qid], params)]
+            diffs += [f"query {qid!r} {c}" for c in _changes(old_q[qid], params)]
+    if isinstance(old["queries"], list):
+        was = [q for q, _ in old["queries"] if q in new_q]
+        now = [q for q, _ in new["queries"] if q in old_q]
+        if was != now:
+            diffs.append(f"query order: {was} in the checkpoint, {now} now (the engine draws noise in query order)")
     if diffs:
         raise ParametersChanged(
             "the checkpoint was written under other release parameters: " + "; ".join(diffs) + ". Its state was "

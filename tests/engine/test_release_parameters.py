@@ -155,3 +155,16 @@ def test_cost_in_fixed_point_of_the_hand_values():
     """The hand values of the module doc, from the queries as configured."""
     lo, hi = _engine(_raw()).queries[0], _engine(_raw(counts={"sigma": 0.5})).queries[0]
     assert lo.item_cost.to_fixed()[0] == 0.5 * LOSS_SCALE and hi.item_cost.to_fixed()[0] == 8 * LOSS_SCALE
+
+
+def test_the_order_of_the_queries_is_a_release_parameter():
+    """The engine draws the queries' noise in their order: two tables swapped are other releases (found by review:
+    the scope sorted the ids and the parameters' JSON sorted its keys, so a swap kept the scope and restored)."""
+    snap, eng = _snapshot(_raw())
+    swapped = _raw()
+    swapped["query"].reverse()
+    other = _engine(swapped)
+    assert other.scope != eng.scope
+    with pytest.raises(ParametersChanged, match=r"query order: \['counts', 'top'\] in the checkpoint, "
+                                                r"\['top', 'counts'\] now"):
+        other.restore(snap)
