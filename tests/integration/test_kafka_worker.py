@@ -192,6 +192,7 @@ def test_a_checkpoint_is_not_restored_under_other_release_parameters(tansu, redi
     store = RedisBudgetStore.from_url(redis_url)
     spent = spent_by_user(store)
     released = releases_on_topics(tansu.bootstrap, raw, 1)
+    owner = store.r.hget(f"sdp:ckpt:{raw['kafka']['group_id']}:{topic}", "owner")
     produce(tansu.bootstrap, topic, nyc_events[3000:6000], 2)
     changed = copy.deepcopy(raw)
     changed["query"][0]["sigma"] = raw["query"][0]["sigma"] / 2
@@ -200,6 +201,7 @@ def test_a_checkpoint_is_not_restored_under_other_release_parameters(tansu, redi
     text = (tmp_path / "w2.log").read_text()
     assert "other release parameters" in text and "query 'dest_counts' sigma: 3.0 in the checkpoint, 1.5 now" in text
     assert spent_by_user(store) == spent  # nobody charged
+    assert store.r.hget(f"sdp:ckpt:{raw['kafka']['group_id']}:{topic}", "owner") == owner  # nobody fenced
     assert releases_on_topics(tansu.bootstrap, raw, len(released)) == released  # nothing published
     assert run_to_completion(cfg, redis_url, tmp_path / "w3.log", extra=["--standalone"]) == 0
     assert len(releases_on_topics(tansu.bootstrap, raw, len(released) + 1)) > len(released)

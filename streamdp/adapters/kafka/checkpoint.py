@@ -297,6 +297,12 @@ class RedisCheckpoint:
         return bool(self._call(lambda: self._script("ack", ACK_LUA)(keys=[self.key],
                                                                       args=[self.owner or "", str(version)])))
 
+    def stored_parameters(self) -> str | None:
+        """The release parameters of the latest checkpoint (its ``info``; None: no checkpoint, or one written
+        before they were recorded) — read without claiming, so that a misconfigured worker fences nobody."""
+        info = self._call(lambda: self.r.hget(self.key, "info"))
+        return json.loads(info).get("parameters") if info else None
+
     def read_info(self) -> dict:
         """Operator view: offsets, version, owner and summary of the latest checkpoint (no state decoding)."""
         h = self._call(lambda: self.r.hmget(self.key, ["version", "owner", "offsets", "info", "pending"]))

@@ -68,7 +68,7 @@ from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPE
                                            stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseEngine, WindowSummary
-from streamdp.engine.release_parameters import ParametersChanged
+from streamdp.engine.release_parameters import ParametersChanged, canonical, check_unchanged, release_parameters
 from streamdp.filter.store import StoreError
 from streamdp.input.events import FAST_MIN_BATCH, MAX_PAYLOAD_BYTES, DeadLetter, EventBatch, parse_batch
 from streamdp.noise.generator import secure_generator
@@ -540,6 +540,10 @@ class KafkaWorker:
         delay = 0.2
         while True:
             try:
+                # the release parameters first, without claiming: a worker started with other ones must not fence
+                # the owner that runs with the right ones (the restore checks them again, from the state itself)
+                check_unchanged(self.ckpt.stored_parameters(),
+                                release_parameters(self.engine_config(), self.cfg.build_queries()))
                 ck = self.ckpt.claim(self.worker_id)
                 if ck.state is None and not self.opts.allow_empty_store and await self._committed_elsewhere():
                     self._refuse_empty_store()
@@ -746,7 +750,7 @@ class KafkaWorker:
         records = [PendingRecord(self.topic_of[r.query], r.key, r.to_bytes()) for s in summaries for r in s.records]
         info = {"worker": self.worker_id, "last_closed": eng.windows.last_closed,
                 "events_in": eng.counters.events_in, "held_events": self.stage.held_events,
-                "records": len(records)}
+                "records": len(records), "parameters": canonical(eng.parameters)}
         t0 = time.perf_counter()
         version = await self._blocking(self._write_checkpoint, records, info)
         self.metrics.checkpoint_seconds.observe(time.perf_counter() - t0)
