@@ -168,6 +168,15 @@ def _fetched(w: KafkaWorker, events: list[bytes], start: int = 0) -> Fetched:
     return Fetched(w.generation, parse_fetched(batch, TOPIC), len(events))
 
 
+async def _fail_at(redis_url: str, trace: Trace, fault: str, events: list[bytes]) -> KafkaWorker:
+    """A worker that restores, then takes one step over ``events`` that fails (a store error) at ``fault``."""
+    w = _worker(redis_url, trace, fault=fault)
+    await w._recover(first=True)
+    with pytest.raises(StoreError):
+        await w._step([_fetched(w, events)])
+    return w
+
+
 def _info(redis_url: str) -> dict:
     st = RedisBudgetStore.from_url(redis_url)
     try:
@@ -269,10 +278,7 @@ async def test_a_failure_right_after_the_checkpoint_leaves_pending_records_that_
     exercise that state); the restore re-publishes exactly the pending records, waits for the broker, then acks."""
     events, _ = _input()
     trace = Trace()
-    w = _worker(redis_url, trace, fault="after_checkpoint")
-    await w._recover(first=True)
-    with pytest.raises(StoreError):
-        await w._step([_fetched(w, events)])
+    await _fail_at(redis_url, trace, "after_checkpoint", events)
     assert not [c for c in trace.calls if c[0] == "send" and c[1].startswith(OUT)]  # nothing published
     ck = [c for c in trace.calls if c[0] == "checkpoint"]
     assert len(ck) == 1 and sorted(ck[0][3]) == RELEASED
@@ -301,10 +307,7 @@ async def test_a_failure_right_after_the_checkpoint_leaves_pending_records_that_
 async def test_a_republish_that_fails_leaves_the_records_pending(redis_url):
     """Kafka down during the restore's re-publish: the pending records must stay pending (not acked)."""
     events, _ = _input()
-    w = _worker(redis_url, Trace(), fault="after_checkpoint")
-    await w._recover(first=True)
-    with pytest.raises(StoreError):
-        await w._step([_fetched(w, events)])
+    await _fail_at(redis_url, Trace(), "after_checkpoint", events)
     trace2 = Trace()
     w2 = _worker(redis_url, trace2)
     w2.producer.fail = True
@@ -421,10 +424,7 @@ async def test_a_failure_right_after_publishing_leaves_every_record_published_an
     checkpoint's pending records not yet acked (the crash tests' "published, not acknowledged" state)."""
     events, _ = _input()
     trace = Trace()
-    w = _worker(redis_url, trace, fault="after_publish")
-    await w._recover(first=True)
-    with pytest.raises(StoreError):
-        await w._step([_fetched(w, events)])
+    w = await _fail_at(redis_url, trace, "after_publish", events)
     sent = sorted(k.decode() for t, k, _ in w.producer.sent if t.startswith(OUT))
     backs = [c for c in trace.calls if c[0] == "broker_ack" and c[1].startswith(OUT)]
     assert sent == RELEASED and len(backs) == len(RELEASED)
@@ -604,10 +604,7 @@ async def test_the_after_republish_fault_point_comes_after_the_republish(redis_u
     """``after_republish`` (faults.py: "the checkpoint's pending records published again, not acknowledged"): a
     store failure there leaves them pending, and the retried restore publishes them once more, then acks."""
     events, _ = _input()
-    w = _worker(redis_url, Trace(), fault="after_checkpoint")
-    await w._recover(first=True)
-    with pytest.raises(StoreError):
-        await w._step([_fetched(w, events)])
+    await _fail_at(redis_url, Trace(), "after_checkpoint", events)
     trace = Trace()
     w2 = _worker(redis_url, trace, fault="after_republish")
     await asyncio.wait_for(w2._recover(first=True), 15)
