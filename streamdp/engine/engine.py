@@ -9,7 +9,9 @@ Window close, in order (each step's failure leaves the engine able to retry the 
    worst-case cost;
 2. ONE atomic admit of all users with data in the window (scope :func:`admission_scope`: a digest of the stream
    the service names in ``EngineConfig.scope`` and of the engine's queries and their parameters; seq = global
-   window number; idempotent on retry); users that do not fit are halted for good and their data is dropped;
+   window number; idempotent on a retry that repeats the close exactly, which the store checks by the close's
+   replay digest, :mod:`streamdp.engine.replay_digest`); users that do not fit are halted for good and their
+   data is dropped;
 3. every query releases from admitted users' data only (this advances the query state: tree nodes, counters);
 4. records are written to the store's release log under their idempotency key (query, epoch, window) — if the
    log already holds a *different* record for the key, the engine refuses to go on (:class:`ReleaseConflict`):
@@ -35,6 +37,7 @@ from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
 from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
 from streamdp.engine.release_parameters import canonical, check_unchanged, release_parameters
+from streamdp.engine.replay_digest import GENESIS, generator_fingerprint, window_digest
 from streamdp.filter.store import BudgetStore, StoreError
 from streamdp.input.events import EventBatch
 from streamdp.noise.generator import make_generator
@@ -139,6 +142,8 @@ class ReleaseEngine:
         self.epoch = 0
         self.counters = EngineCounters()
         self._buffers: dict[int, list[dict]] = {}
+        # the replay digest chain (replay_digest.py): the last window's digest and the names it covers
+        self.history, self._history_users, self._history_items = GENESIS, 0, 0
 
     # ---- ingest --------------------------------------------------------------------------------------------
     def ingest(self, batch: EventBatch, partition: int = 0, now: float | None = None) -> list[tuple[int, str]]:
@@ -265,6 +270,7 @@ class ReleaseEngine:
 
     def close_window(self, seq: int) -> WindowSummary:
         t0 = time.perf_counter()
+        generator_state = generator_fingerprint(self.rng)  # before anything of this close draws
         w = self._window_data(seq)
         if w.epoch != self.epoch:
             for q in self.queries:
@@ -283,11 +289,16 @@ class ReleaseEngine:
         for r in reservations:  # the queries' costs add: zCDP (001 Thm 6) and CGP (003 Thm 3.2) compose additively
             if r.users.size:
                 _add_rows(total, all_users, r.users, r.costs, subset=True)
+        # the replay digest of this close: the store trusts a second admit of (scope, seq) only under the same one
+        digest = window_digest(self.history, seq, generator_state, self.users.since(self._history_users),
+                               self.items.since(self._history_items),
+                               (w.user_ids, w.ts, w.item_offsets, w.item_ids, w.value, w.loc), all_users, total)
+        self.history, self._history_users, self._history_items = digest, len(self.users), len(self.items)
         admit_ids = getattr(self.store, "admit_ids", None)
         if admit_ids is not None:  # the store sees the engine's ids and name table (BudgetStore.admit_ids)
-            mask = admit_ids(self.scope, seq, all_users, total, self.users)
+            mask = admit_ids(self.scope, seq, all_users, total, self.users, digest=digest.hex())
         else:
-            mask = self.store.admit(self.scope, seq, self.users.names(all_users), total)
+            mask = self.store.admit(self.scope, seq, self.users.names(all_users), total, digest=digest.hex())
         everyone = bool(mask.all())
         admitted = np.zeros(len(self.users), dtype=bool)
         admitted[all_users if everyone else all_users[mask]] = True
@@ -376,6 +387,7 @@ class ReleaseEngine:
             "rng": (self.rng.bit_generator.state
                     if include_rng or self.config.unsafe_test_seed is not None else None),
             "parameters": canonical(self.parameters),  # restored only under the same (release_parameters.py)
+            "history": {"digest": self.history.hex(), "users": self._history_users, "items": self._history_items},
         }
 
     def restore(self, data: bytes) -> None:
@@ -398,6 +410,9 @@ class ReleaseEngine:
                 raise ValueError(f"snapshot has no state for query {q.id!r}")
             q.load_state(st["queries"][q.id])
         self.counters = EngineCounters(**st["counters"])
+        hist = st.get("history")  # absent from snapshots of before replay digests: the chain restarts
+        self.history, self._history_users, self._history_items = (
+            (GENESIS, 0, 0) if hist is None else (bytes.fromhex(hist["digest"]), int(hist["users"]), int(hist["items"])))
         if st["rng"] is not None:
             self.rng.bit_generator.state = st["rng"]
 

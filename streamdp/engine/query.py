@@ -246,6 +246,13 @@ class Names:
             return [lst[int(ids[0])]]
         return list(itemgetter(*ids.tolist())(lst))
 
+    def since(self, n: int) -> list[str]:
+        """The names of ids ``n, n + 1, …`` (interned after the first ``n``)."""
+        if len(self._list) != len(self.index):
+            self._list = list(self.index)
+            self._reset_accelerator()
+        return self._list[n:]
+
     def __len__(self) -> int:
         return len(self.index)
 

@@ -6,6 +6,7 @@ Optionally backed by a local file (``save``/``load``; the CLI's ``--store PATH``
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import tempfile
@@ -16,7 +17,7 @@ import numpy as np
 
 from streamdp.accounting.cost import INT64_MAX, N_COMPONENTS
 from streamdp.arrays import put_rows, rows_all, rows_any_nonzero, take_rows
-from streamdp.filter.store import BudgetStore, UserBudget, as_cost_matrix
+from streamdp.filter.store import DIGEST_KEEP, BudgetStore, UserBudget, as_cost_matrix, check_digest
 
 _NO_SEQ = np.iinfo(np.int64).min
 SEQ_LIMIT = 2**53  # batch sequence numbers are compared as Lua numbers by the Redis store
@@ -142,6 +143,8 @@ class MemoryBudgetStore(BudgetStore):
         self._has_override = np.zeros(cap, dtype=bool)
         self._halted = np.zeros(cap, dtype=bool)
         self._scopes: dict[str, _ScopeState] = {}
+        self._digests: dict[str, dict[int, str]] = {}  # scope → seq → the first replay digest of (scope, seq)
+        self._digest_seqs: dict[str, list[int]] = {}  # scope → a min-heap of the seqs in _digests[scope]
         self._releases: dict[str, bytes] = {}
         self._ledger: list[dict] = []
         self.path = path
@@ -221,18 +224,36 @@ class MemoryBudgetStore(BudgetStore):
                             "old": old.tolist(), "new": budget.tolist()})
 
     # ---- admission -----------------------------------------------------------------------------------------
-    def admit(self, scope: str, seq: int, users: Sequence[str], costs) -> np.ndarray:
+    def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None) -> np.ndarray:
         users, costs, seq = check_batch(users, costs, seq)
+        digest = check_digest(digest)
         if not users:
             return np.zeros(0, dtype=bool)
         ids = self._ids(users)
-        return self._admit(self._scope(scope), seq, ids, costs)
+        return self._admit(scope, seq, ids, costs, digest)
 
-    def _admit(self, sc: _ScopeState, seq: int, ids: np.ndarray, costs: np.ndarray) -> np.ndarray:
+    def _replay_trusted(self, scope: str, seq: int, digest: str | None) -> bool:
+        """May this admit get the replay answers (store.py, "Replay digests")? Records the first digest of (scope,
+        seq) and forgets those of seqs below ``seq - DIGEST_KEEP``, as the Redis script does."""
+        if digest is None:
+            return True
+        known = self._digests.setdefault(scope, {})
+        first = known.get(seq)
+        if first is not None:
+            return first == digest
+        known[seq] = digest
+        heap = self._digest_seqs.setdefault(scope, [])
+        heapq.heappush(heap, seq)
+        while heap[0] < seq - DIGEST_KEEP:
+            known.pop(heapq.heappop(heap), None)
+        return False
+
+    def _admit(self, scope: str, seq: int, ids: np.ndarray, costs: np.ndarray, digest: str | None) -> np.ndarray:
         """Admission of the distinct store ids ``ids`` (validated batch)."""
+        sc = self._scope(scope)
         last = sc.last_seq[ids]
-        if (last < seq).all():  # the usual case: a new batch for every user
-            return self._charge(sc, seq, ids, costs)
+        if not self._replay_trusted(scope, seq, digest) or (last < seq).all():
+            return self._charge(sc, seq, ids, costs)  # a new batch for every user (the usual case)
         replay_same = last == seq
         stale = last > seq
         fresh = ~(replay_same | stale)
@@ -332,14 +353,16 @@ class MemoryBudgetStore(BudgetStore):
             self._xmap[um] = got
         return sid
 
-    def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table) -> np.ndarray:
+    def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table,
+                  digest: str | None = None) -> np.ndarray:
         if type(self).admit is not MemoryBudgetStore.admit:  # a subclass's own admit keeps its say
-            return super().admit_ids(scope, seq, user_ids, costs, table)
+            return super().admit_ids(scope, seq, user_ids, costs, table, digest=digest)
         uid, costs, seq = check_id_batch(user_ids, table, costs, seq)
+        digest = check_digest(digest)
         n = uid.size
         if n == 0:
             return np.zeros(0, dtype=bool)
-        return self._admit(self._scope(scope), seq, self._table_ids(uid, table, intern=True), costs)
+        return self._admit(scope, seq, self._table_ids(uid, table, intern=True), costs, digest)
 
     def settle_ids(self, scope: str, seq: int, user_ids: np.ndarray, actual, table) -> None:
         if type(self).settle is not MemoryBudgetStore.settle:
@@ -403,6 +426,7 @@ class MemoryBudgetStore(BudgetStore):
                     "reserved": s.reserved[:n].tolist(), "open": s.open[:n].tolist()}
                 for k, s in self._scopes.items()
             },
+            "digests": {k: {str(q): g for q, g in d.items()} for k, d in self._digests.items()},
             "releases": {k: v.decode("latin-1") for k, v in self._releases.items()},
             "ledger": self._ledger,
         }
@@ -424,6 +448,9 @@ class MemoryBudgetStore(BudgetStore):
                 sc.last_ok[:n] = np.array(s["last_ok"], dtype=bool)
                 sc.reserved[:n] = np.array(s["reserved"], dtype=np.int64)
                 sc.open[:n] = np.array(s["open"], dtype=bool)
+        for k, dg in d.get("digests", {}).items():
+            st._digests[k] = {int(q): g for q, g in dg.items()}
+            st._digest_seqs[k] = sorted(st._digests[k])  # a sorted list is a heap
         st._releases = {k: v.encode("latin-1") for k, v in d.get("releases", {}).items()}
         st._ledger = list(d.get("ledger", []))
         return st

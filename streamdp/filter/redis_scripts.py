@@ -34,10 +34,13 @@ user who is halted and whose field is absent or a refusal is no longer rewritten
 that user in that scope answers "refused" whatever the seq, and no reservation can be open, so the write could
 change no answer.)
 
-Default budget: hash ``<ns>:default`` with fields ``0`` … ``5``.
+Default budget: hash ``<ns>:default`` with fields ``0`` … ``5``. Replay digests of a scope: sorted set
+``<ns>:digests:<scope>`` (see :data:`ADMIT`).
 """
 
 from __future__ import annotations
+
+from streamdp.filter.store import DIGEST_KEEP
 
 _HELPERS = r"""
 local BASE = 1000000000
@@ -105,12 +108,19 @@ local function index_of(ix, w, u)
 end
 """
 
-#: KEYS = [default key, user keys...]
+#: KEYS = [default key, replay-digest key of the scope, user keys...]
 #: ARGV = [scope field, seq, m, w, m cost vectors (6 decimal strings each), index string (w bytes per user when
-#: m > 1, else empty)]
+#: m > 1, else empty), replay digest ('' = none: the replay answers below apply unconditionally)]
 #: Returns a string with one character per user: '1' admitted; 'h' refused, and the user is halted with a refusal
 #: (or no) state in this scope, which is permanent: every later admit of the user in this scope, of this seq or a
-#: later one, is refused without a write (the store may answer it without asking Redis); '0' is no longer answered.
+#: later one, is refused without a write (the store may answer it without asking Redis); '0' refused, nothing
+#: more to say (a charge-as-new admit of a user halted whose state is a refusal of a later seq: a trusted replay of
+#: a seq below that one would be admitted).
+#:
+#: Replay digests (``streamdp.filter.store``): the digest key is a sorted set of members ``"<seq>:<digest>"``
+#: scored by seq, the first digest of each seq; recording one forgets those of seqs below ``seq - DIGEST_KEEP``.
+#: The replay answers (same seq: first outcome; stale: admitted) are given only when this admit's digest is the
+#: recorded one; otherwise every user is judged as a new batch (the usual path below).
 #: A stale replay (the user's state in the scope is of a later seq) is answered '1' and charges nothing: a refusal
 #: halts for good and its state is never rewritten, so the state's seq is the user's first refusal in the scope and
 #: the user was admitted at every earlier seq they took part in (answering "refused" to a halted user, as the
@@ -124,18 +134,32 @@ end
 #: the lookup hashes a pointer), as is the last seq of a scope state string. Measured on Redis 7.0 (2 cores):
 #: ~2.5 µs of script time per user-window, against ~4.5–5 µs for the first version
 #: (benchmarks/bench_filter_redis.py).
-ADMIT = _HELPERS + _INDEX + r"""
+ADMIT = _HELPERS + _INDEX + f"local DIGEST_KEEP = {DIGEST_KEEP}\n" + r"""
 local xf = ARGV[1]
 local seqs = ARGV[2]
 local seq = tonumber(seqs)
 local m = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
 local ix = ARGV[5 + 6 * m]
+local dg = ARGV[6 + 6 * m] or ''
 local call = redis.call
+-- may this admit get the replay answers? (see the replay digests above)
+local trusted = true
+if dg ~= '' then
+  local mine = seqs .. ':' .. dg
+  local first = call('ZRANGEBYSCORE', KEYS[2], seqs, seqs, 'LIMIT', 0, 1)[1]
+  if first then
+    trusted = (first == mine)
+  else
+    trusted = false
+    call('ZADD', KEYS[2], seqs, mine)
+    call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%d', seq - DIGEST_KEEP))
+  end
+end
 local d = call('HMGET', KEYS[1], '0', '1', '2', '3', '4', '5')
 for i = 1, 6 do if not d[i] then d[i] = '0' end end
 local SF = {'s0', 's1', 's2', 's3', 's4', 's5'}
-local n = #KEYS - 1
+local n = #KEYS - 2
 -- memo: remember per-value outcomes (see ADMIT's doc) while cost vectors are shared by several users; checked
 -- after 512 users: if the lookups missed more often than they hit, off for the rest of the call
 local memo = m * 8 <= n
@@ -203,7 +227,7 @@ local hv = {}
 
 local out = {}
 for u = 1, n do
-  local k = KEYS[u + 1]
+  local k = KEYS[u + 2]
   local j = 1
   if m > 1 then j = index_of(ix, w, u) end
   if u == 512 and memo and misses > hits then memo = false end
@@ -236,7 +260,7 @@ for u = 1, n do
       if memo then LAST[st], OKC[st] = last, okc end
     end
   end
-  if last and last >= seq then
+  if trusted and last and last >= seq then
     if last == seq then                              -- replay of the same batch: first outcome, no charge
       if okc == '0' then out[u] = 'h' else out[u] = okc end
     else                                             -- stale replay: admitted, no charge (see the doc)
@@ -244,10 +268,10 @@ for u = 1, n do
     end
   elseif halted and okc ~= '1' then
     -- halted (for good), and the scope state is absent or a refusal: every admit of this user in this scope,
-    -- of any seq, answers refused and charges nothing, and writing this refusal would change no answer (a
-    -- replay of the state's seq answers its refusal, any other seq the halt) nor any settle (no reservation
-    -- is open): nothing to write
-    out[u] = 'h'
+    -- of any seq, answers refused and charges nothing (but a trusted stale replay), and writing this refusal would
+    -- change no answer (a replay of the state's seq answers its refusal, any other seq the halt) nor any settle
+    -- (no reservation is open): nothing to write
+    if last and last > seq then out[u] = '0' else out[u] = 'h' end
   else
     local ok = not halted
     if not costs[j] then prepare(j) end

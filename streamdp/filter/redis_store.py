@@ -50,7 +50,7 @@ import numpy as np
 from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.filter import redis_scripts
 from streamdp.filter.memory import check_batch, check_budget, check_id_batch, ledger_entry_json
-from streamdp.filter.store import BudgetStore, StoreError, UserBudget
+from streamdp.filter.store import BudgetStore, StoreError, UserBudget, check_digest
 
 log = logging.getLogger(__name__)
 
@@ -361,8 +361,9 @@ class RedisBudgetStore(BudgetStore):
         self._admin([self._default_key, key], build)
 
     # ---- admission -----------------------------------------------------------------------------------------
-    def admit(self, scope: str, seq: int, users: Sequence[str], costs) -> np.ndarray:
+    def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None) -> np.ndarray:
         users, costs, seq = check_batch(users, costs, seq)
+        digest = check_digest(digest)
         n = len(users)
         if n == 0:
             return np.zeros(0, dtype=bool)
@@ -374,7 +375,7 @@ class RedisBudgetStore(BudgetStore):
             if send.size == n:
                 send = None
         sent = users if send is None else [users[i] for i in send.tolist()]
-        codes = self._admit(scope, seq, self._key_frags(sent), costs if send is None else costs[send])
+        codes = self._admit(scope, seq, self._key_frags(sent), costs if send is None else costs[send], digest)
         halted = np.flatnonzero(codes == _HALTED)
         if halted.size:
             known = self._halted_names.setdefault(scope, {})
@@ -382,10 +383,12 @@ class RedisBudgetStore(BudgetStore):
                 known[sent[i]] = min(known.get(sent[i], _NEVER), seq)
         return self._mask(n, send, codes)
 
-    def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table) -> np.ndarray:
+    def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table,
+                  digest: str | None = None) -> np.ndarray:
         if type(self).admit is not RedisBudgetStore.admit:  # a subclass's own admit keeps its say
-            return super().admit_ids(scope, seq, user_ids, costs, table)
+            return super().admit_ids(scope, seq, user_ids, costs, table, digest=digest)
         uid, costs, seq = check_id_batch(user_ids, table, costs, seq)
+        digest = check_digest(digest)
         n = uid.size
         if n == 0:
             return np.zeros(0, dtype=bool)
@@ -398,7 +401,8 @@ class RedisBudgetStore(BudgetStore):
             k = known[uid] <= seq
             if k.any():
                 send = np.flatnonzero(~k)
-        codes = self._admit(scope, seq, frags if send is None else frags[send], costs if send is None else costs[send])
+        codes = self._admit(scope, seq, frags if send is None else frags[send], costs if send is None else costs[send],
+                            digest)
         halted = np.flatnonzero(codes == _HALTED)
         if halted.size:
             if known is None or known.size < len(table):
@@ -424,7 +428,10 @@ class RedisBudgetStore(BudgetStore):
         out[send] = codes == _ADMITTED
         return out
 
-    def _admit(self, scope: str, seq: int, frags, costs: np.ndarray) -> np.ndarray:
+    def _digest_key(self, scope: str) -> str:
+        return f"{self.ns}:digests:{scope}"
+
+    def _admit(self, scope: str, seq: int, frags, costs: np.ndarray, digest: str | None = None) -> np.ndarray:
         """Admission of a validated batch given the RESP bulk strings of its user keys (a list or object array):
         the admit script's answer code per user (uint8: ``_ADMITTED``, ``_HALTED`` or ``_REFUSED``)."""
         n = len(frags)
@@ -432,7 +439,8 @@ class RedisBudgetStore(BudgetStore):
         if n == 0:
             return out
         head = _bulks([f"x:{scope}".encode(), b"%d" % seq])
-        dkey = _bulks([self._default_key.encode()])
+        dkey = _bulks([self._default_key.encode(), self._digest_key(scope).encode()])
+        tail = _bulks([(digest or "").encode()])
         calls, bounds = [], []
         for lo in range(0, n, self.chunk):
             hi = min(n, lo + self.chunk)
@@ -440,8 +448,8 @@ class RedisBudgetStore(BudgetStore):
             keys = frags[lo:hi]
             if isinstance(keys, np.ndarray):
                 keys = keys.tolist()
-            calls.append(_Call(1 + hi - lo, 1 + hi - lo + len(head) + len(args),
-                               b"".join(dkey + keys + head + args)))
+            calls.append(_Call(2 + hi - lo, 2 + hi - lo + len(head) + len(args) + 1,
+                               b"".join(dkey + keys + head + args + tail)))
             bounds.append((lo, hi))
         res = self._call(lambda: self._eval_many("admit", calls))
         for (lo, hi), r in zip(bounds, res):

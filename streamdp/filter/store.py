@@ -20,6 +20,15 @@ Semantics (DESIGN.md §3):
   ``seq``: the first outcome, if they took part, was an admission. "Refused if halted", the first rule, made a
   replay after a crash drop the data of a user halted in a later window that the lost run had closed, and so
   release something other than what was charged.)
+* **Replay digests.** Those replay answers are sound only for a replay of the *same* batch. An admit may carry a
+  ``digest`` (the engine's :mod:`streamdp.engine.replay_digest`: a hash of everything the window close depends on).
+  The store records the first digest of each ``(scope, seq)`` (keeping those of the last :data:`DIGEST_KEEP` seqs
+  of a scope) and gives the replay answers above only to an admit carrying that digest. An admit carrying another
+  digest, or one for which none is recorded (the first admit of the seq — the digest is recorded then —, or one
+  forgotten), is charged as a new batch: every user is checked and charged as if they had no state for that seq
+  (a user halted for good is refused; one whose state is a refusal keeps it). An unfaithful replay therefore pays
+  again: never under-charged, never stuck. An admit without a digest (``None``: administrative callers, tests of
+  the rules above) gets the replay answers unconditionally.
 * :meth:`BudgetStore.settle` lowers an admitted user's charge for batch ``(scope, seq)`` from the reserved cost to
   the actual cost (``0 ≤ actual ≤ reserved`` componentwise, else :class:`ValueError`). Settling twice, or a batch
   that has no reservation for the user, is a no-op. Recorded spend never drops below what was executed.
@@ -37,6 +46,21 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, Cost, fixed_to_cost
+
+
+#: Per scope, the replay digests of the last ``DIGEST_KEEP`` batch seqs are kept (an admit of seq ``s`` forgets
+#: those of seqs below ``s - DIGEST_KEEP``): a replay reaching further back than that is charged again.
+DIGEST_KEEP = 16384
+
+
+def check_digest(digest) -> str | None:
+    """A replay digest: ``None`` or 8–128 lowercase hex digits."""
+    if digest is None:
+        return None
+    if (not isinstance(digest, str) or not 8 <= len(digest) <= 128
+            or any(c not in "0123456789abcdef" for c in digest)):
+        raise ValueError(f"digest must be 8-128 lowercase hex digits, got {digest!r:.40}")
+    return digest
 
 
 class StoreError(RuntimeError):
@@ -92,22 +116,24 @@ class BudgetStore(abc.ABC):
 
     # ---- admission -----------------------------------------------------------------------------------------
     @abc.abstractmethod
-    def admit(self, scope: str, seq: int, users: Sequence[str], costs) -> np.ndarray:
-        """Atomic check-and-charge of a batch; returns a bool mask of admitted users (see module doc)."""
+    def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None) -> np.ndarray:
+        """Atomic check-and-charge of a batch; returns a bool mask of admitted users (see module doc; ``digest``:
+        the batch's replay digest)."""
 
     @abc.abstractmethod
     def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
         """Lower reservations of batch ``(scope, seq)`` to the actual costs (see module doc)."""
 
     # ---- admission by interned ids (optional fast path) ----------------------------------------------------
-    def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table) -> np.ndarray:
+    def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table,
+                  digest: str | None = None) -> np.ndarray:
         """:meth:`admit` of the users ``table.names(user_ids)``, same semantics and result.
 
         ``table`` is the caller's name table (the engine's :class:`streamdp.engine.query.Names`): ``len(table)``
         names with dense ids, ``table.names(ids)`` → names, append-only (an id keeps its name for the life of the
         table object). A store may cache ``table`` id → its own user record to skip the name lookups; the default
         converts the ids to names and calls :meth:`admit`."""
-        return self.admit(scope, seq, table.names(user_ids), costs)
+        return self.admit(scope, seq, table.names(user_ids), costs, digest=digest)
 
     def settle_ids(self, scope: str, seq: int, user_ids: np.ndarray, actual, table) -> None:
         """:meth:`settle` of the users ``table.names(user_ids)`` (see :meth:`admit_ids`)."""

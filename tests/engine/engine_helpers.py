@@ -62,8 +62,8 @@ class RecordingStore(MemoryBudgetStore):
         super().__init__(*a, **kw)
         self.admits, self.settles = {}, {}
 
-    def admit(self, scope, seq, users, costs):
-        ok = super().admit(scope, seq, users, costs)
+    def admit(self, scope, seq, users, costs, digest=None):
+        ok = super().admit(scope, seq, users, costs, digest=digest)
         self.admits[seq] = {u: self.project(c) for u, c in zip(users, costs)}
         return ok
 

@@ -49,8 +49,8 @@ class Shuffled(WindowQuery):
 class ByName(MemoryBudgetStore):
     """Overriding admit/settle switches the in-memory store's id fast path off: admission goes by name."""
 
-    def admit(self, scope, seq, users, costs):
-        return super().admit(scope, seq, users, costs)
+    def admit(self, scope, seq, users, costs, digest=None):
+        return super().admit(scope, seq, users, costs, digest=digest)
 
     def settle(self, scope, seq, users, actual):
         super().settle(scope, seq, users, actual)
@@ -115,7 +115,7 @@ def test_engine_output_identical_with_and_without_the_id_fast_path(seed, rho):
     calls = {"admit_ids": 0, "settle_ids": 0}
     for m in calls:  # count through instance attributes: the class methods (the fast path) stay in use
         f = getattr(fast, m)
-        setattr(fast, m, lambda *a, _f=f, _m=m: (calls.__setitem__(_m, calls[_m] + 1), _f(*a))[1])
+        setattr(fast, m, lambda *a, _f=f, _m=m, **k: (calls.__setitem__(_m, calls[_m] + 1), _f(*a, **k))[1])
     slow, duck = ByName(budget), MemoryBudgetStore(budget)
     out_fast = _run(fast, payloads, seed, restore_at=1500)
     out_slow = _run(slow, payloads, seed, restore_at=1500)

@@ -32,9 +32,9 @@ class ByName(MemoryBudgetStore):
         super().__init__(*a, **k)
         self.calls = 0
 
-    def admit(self, scope, seq, users, costs):
+    def admit(self, scope, seq, users, costs, digest=None):
         self.calls += 1
-        return super().admit(scope, seq, users, costs)
+        return super().admit(scope, seq, users, costs, digest=digest)
 
     def settle(self, scope, seq, users, actual):
         self.calls += 1
@@ -127,8 +127,8 @@ def test_default_implementation_goes_through_names():
     class Recorder(BudgetStore):
         def __getattribute__(self, name):
             if name in ("admit", "settle"):
-                def rec(scope, seq, users, costs):
-                    object.__getattribute__(self, "seen").append((name, scope, seq, list(users)))
+                def rec(scope, seq, users, costs, **kw):
+                    object.__getattribute__(self, "seen").append((name, scope, seq, list(users), kw))
                     return np.ones(len(users), dtype=bool)
                 return rec
             return object.__getattribute__(self, name)
@@ -138,9 +138,9 @@ def test_default_implementation_goes_through_names():
     r.seen = []
     table = Names()
     table.ids(["p", "q", "r"])
-    r.admit_ids("s", 4, np.array([2, 0]), np.zeros((2, N_COMPONENTS), np.int64), table)
+    r.admit_ids("s", 4, np.array([2, 0]), np.zeros((2, N_COMPONENTS), np.int64), table, digest="0123abcd")
     r.settle_ids("s", 4, np.array([1]), np.zeros((1, N_COMPONENTS), np.int64), table)
-    assert r.seen == [("admit", "s", 4, ["r", "p"]), ("settle", "s", 4, ["q"])]
+    assert r.seen == [("admit", "s", 4, ["r", "p"], {"digest": "0123abcd"}), ("settle", "s", 4, ["q"], {})]
 
 
 def test_id_path_errors():

@@ -17,9 +17,11 @@ re-publishes ``pending`` (same keys and bytes: subscribers and compacted topics 
 every partition to the stored offsets. Kill points:
 
 * before the checkpoint (e.g. right after admit): nothing was published or logged; the restored state is the
-  previous checkpoint and the same events are replayed. Admission answers the first outcome and charges nothing,
-  settling again is a no-op, and the replay draws the same randomness (the generator state is part of the
-  checkpoint), so it recomputes exactly what the lost run computed — no double charge, no fresh noise published;
+  previous checkpoint and the same events are replayed. The replay draws the same randomness (the generator state
+  is part of the checkpoint), so it recomputes exactly what the lost run computed; its admits carry the lost run's
+  replay digests, so admission answers the first outcome and charges nothing, and settling again is a no-op — no
+  double charge, no fresh noise published. (A replay that differs — outside the ordering module's determinism
+  conditions — carries other digests and is charged again: :mod:`streamdp.engine.replay_digest`);
 * after the checkpoint, before or during publishing: the restart re-publishes the pending records (duplicates of
   the same key carry identical bytes);
 * after publishing, before the ack: same, the records are published again with identical bytes.
@@ -344,8 +346,8 @@ class DeferredReleaseLog(BudgetStore):
     def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "") -> None:
         self.inner.grant(user, budget, actor=actor, reason=reason)
 
-    def admit(self, scope: str, seq: int, users: Sequence[str], costs) -> np.ndarray:
-        out = self.inner.admit(scope, seq, users, costs)
+    def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None) -> np.ndarray:
+        out = self.inner.admit(scope, seq, users, costs, digest=digest)
         if self.after_admit is not None:
             self.after_admit()
         return out
@@ -354,12 +356,12 @@ class DeferredReleaseLog(BudgetStore):
         self.inner.settle(scope, seq, users, actual)
 
     # by interned ids: the inner store's fast path when it has one (else by names, as BudgetStore does)
-    def admit_ids(self, scope: str, seq: int, user_ids, costs, table) -> np.ndarray:
+    def admit_ids(self, scope: str, seq: int, user_ids, costs, table, digest: str | None = None) -> np.ndarray:
         fast = getattr(self.inner, "admit_ids", None)
         if fast is not None:
-            out = fast(scope, seq, user_ids, costs, table)
+            out = fast(scope, seq, user_ids, costs, table, digest=digest)
         else:
-            out = self.inner.admit(scope, seq, table.names(user_ids), costs)
+            out = self.inner.admit(scope, seq, table.names(user_ids), costs, digest=digest)
         if self.after_admit is not None:
             self.after_admit()
         return out
