@@ -5,7 +5,8 @@ Starts its own redis-server (no persistence) on a free loopback port and measure
 
 * ``admit``        — RedisBudgetStore.admit (the Lua check-and-charge of 000 eq. (7)), one cost vector per batch;
 * ``admit mixed``  — the same with ~50 distinct cost vectors per batch (index path of the script);
-* ``admit ids``    — ``admit_ids`` by the engine's interned ids (its name table), one cost vector per batch;
+* ``admit ids``    — ``admit_ids`` by the engine's interned ids (its name table), one cost vector per batch,
+                     with a replay digest per batch as the engine sends (when the code under test takes one);
 * ``distinct``     — one cost vector, but every user has a different spent value (no two users share an
                      outcome: the script's per-value memo never hits — its worst case; it switches the memo off
                      after 512 users);
@@ -34,6 +35,7 @@ on the same server), so old and new are compared under the same load.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import platform
 import shutil
@@ -99,6 +101,14 @@ def load_baseline(rev: str) -> type:
     return store.RedisBudgetStore
 
 
+def digest_kw(cls, seq: int) -> dict:
+    """A replay digest for the engine-path cases (``admit ids``, the stream workload), as the engine sends one per
+    window, when the implementation takes one (a baseline from before replay digests does not)."""
+    if "digest" in inspect.signature(cls.admit_ids).parameters:
+        return {"digest": f"{seq:032x}"}
+    return {}
+
+
 def script_usec(r) -> tuple[int, int]:
     s = r.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
     return s["calls"], s["usec"]
@@ -155,7 +165,7 @@ def stream_workload(r, url: str, impls, n_users: int, windows: int = 19, per_win
             a = acc[name]
             u0 = script_usec(r)[1]
             t = time.perf_counter()
-            mask = a[0].admit_ids("engine", w + 1, ids, costs, a[1])
+            mask = a[0].admit_ids("engine", w + 1, ids, costs, a[1], **digest_kw(type(a[0]), w + 1))
             a[2] += time.perf_counter() - t
             a[3] += script_usec(r)[1] - u0
             a[4] += ids.size
@@ -239,8 +249,9 @@ def main(argv=None) -> None:
                                        **rec)
                     cases["mixed"].run(r, lambda s, st=st: st.admit("mixed", s, users, mixed), n, args.rounds, seq,
                                        **rec)
-                    cases["ids"].run(r, lambda s, st=st: st.admit_ids("ids", s, ids, cost, table), n, args.rounds,
-                                     seq, **rec)
+                    cases["ids"].run(r, lambda s, st=st: st.admit_ids("ids", s, ids, cost, table,
+                                                                      **digest_kw(type(st), s)),
+                                     n, args.rounds, seq, **rec)
                     cases["distinct"].run(r, lambda s, st=st, du=dusers: st.admit("bench", s, du, cost), n,
                                           args.rounds, seq, **rec)
                     cases["own"].run(r, lambda s, st=st, du=dusers: st.admit("own", s, du, own), n, args.rounds,

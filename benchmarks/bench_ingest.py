@@ -11,10 +11,11 @@ Reported per repeat (and the median of ``--repeats``): events/s of wall time and
 process (``time.process_time`` counts every thread, so it is the per-core figure even when other jobs share the
 machine), the 1-minute load average, and the stage breakdown in CPU ns per event: parse = ``parse_batch``; intern =
 ``Names`` lookups inside ingest; ingest = the rest of ``ReleaseEngine.ingest``; close = window closes, records and
-sinks. Path ``default`` is ``parse_batch`` as shipped (the Arrow fast path where available); ``exact`` is the same
-pipeline with ``parse_batch(fast=False)`` (msgspec only). Baselines in the same run, on the same clean batches: just
-decoding — msgspec with the typed schema (one joined decode per batch), untyped ``msgspec.json.decode`` per payload,
-and Arrow's JSON reader alone (the floor of the fast path).
+sinks, but for digest = the closes' replay digests (:mod:`streamdp.engine.replay_digest`). Path ``default`` is
+``parse_batch`` as shipped (the Arrow fast path where available); ``exact`` is the same pipeline with
+``parse_batch(fast=False)`` (msgspec only). Baselines in the same run, on the same clean batches: just decoding —
+msgspec with the typed schema (one joined decode per batch), untyped ``msgspec.json.decode`` per payload, and
+Arrow's JSON reader alone (the floor of the fast path).
 
     .venv/bin/python benchmarks/bench_ingest.py [--events 1000000] [--batch 20000] [--repeats 3] [--bad-rate 0.001]
 
@@ -34,6 +35,7 @@ import msgspec
 import numpy as np
 import orjson
 
+import streamdp.engine.engine as engine_mod
 import streamdp.engine.pipeline as pipeline_mod
 from streamdp.accounting.cost import Cost, budget_vector
 from streamdp.engine.engine import EngineConfig, ReleaseEngine
@@ -103,7 +105,7 @@ class Clock:
     inflate it; the pipeline is single-threaded — Arrow is called with ``use_threads=False``)."""
 
     def __init__(self) -> None:
-        self.t: dict[str, float] = {"parse": 0.0, "intern": 0.0, "ingest": 0.0, "close": 0.0}
+        self.t: dict[str, float] = {"parse": 0.0, "intern": 0.0, "ingest": 0.0, "close": 0.0, "digest": 0.0}
 
     def wrap(self, stage: str, fn, inner: str | None = None):
         def timed(*a, **kw):
@@ -139,8 +141,11 @@ def run_pipeline(bs: list[list[bytes]], fast: bool = True, n_bad: int = 0) -> di
             if hasattr(names, meth):
                 setattr(names, meth, clock.wrap("intern", getattr(names, meth)))
     engine.ingest = clock.wrap("ingest", engine.ingest, inner="intern")
-    engine.close_due = clock.wrap("close", engine.close_due)
-    engine.flush = clock.wrap("close", engine.flush)
+    engine.close_due = clock.wrap("close", engine.close_due, inner="digest")
+    engine.flush = clock.wrap("close", engine.flush, inner="digest")
+    orig_digest = getattr(engine_mod, "window_digest", None)  # a tree from before replay digests has none
+    if orig_digest is not None:
+        engine_mod.window_digest = clock.wrap("digest", orig_digest)
     orig_parse = pipeline_mod.parse_batch
     pipeline_mod.parse_batch = clock.wrap("parse", orig_parse if fast else functools.partial(orig_parse, fast=False))
     try:
@@ -150,6 +155,8 @@ def run_pipeline(bs: list[list[bytes]], fast: bool = True, n_bad: int = 0) -> di
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     finally:
         pipeline_mod.parse_batch = orig_parse
+        if orig_digest is not None:
+            engine_mod.window_digest = orig_digest
     n = sum(map(len, bs))
     assert engine.counters.events_in == n - n_bad and pipe.dead_letters == n_bad, "unexpected dead letters"
     return {"wall": wall, "cpu": cpu, "n": n, "load": os.getloadavg()[0], "records": len(sink.records),
@@ -202,7 +209,7 @@ def main() -> None:
     args.no_exact |= not fast_ok
     print(f"# parse path: {'pyarrow ' + arrow_decode.VERSION + ' JSON reader' if fast_ok else 'msgspec only'}"
           f"{'' if args.no_exact else '; exact = the same pipeline with parse_batch(fast=False) (msgspec path)'}")
-    stages = ("parse", "intern", "ingest", "close", "other")
+    stages = ("parse", "intern", "ingest", "close", "digest", "other")
     print(f"{'run':>4} {'path':>6} {'load1':>6} {'ev/s wall':>11} {'ev/CPU-s':>11} "
           + " ".join(f"{k:>7}" for k in stages))
     rows: dict[str, list[dict]] = {}
@@ -220,7 +227,8 @@ def main() -> None:
             _print_row(str(r + 1), path, row, stages)
     for path, rs in rows.items():
         _print_row("med", path, {k: statistics.median(x[k] for x in rs) for k in rs[0]}, stages)
-    print("# stage columns: CPU ns per event; 'other' = the rest of the run's CPU (pipeline loop, sinks, GC)")
+    print("# stage columns: CPU ns per event; close = window closes but for digest = their replay digests "
+          "(engine/replay_digest.py); 'other' = the rest of the run's CPU (pipeline loop, sinks, GC)")
     print(f"# {res['windows']} windows closed, {res['records']} release records per run")
     print("# decode-only baselines on the same (clean) batches (events per CPU-second; median of the repeats):")
     for k, label in (("typed_cpu", "msgspec, typed schema, one joined decode per batch"),
