@@ -13,7 +13,7 @@ The engine therefore chains, window by window, a digest of everything a window c
 
     D_seq = BLAKE2b-128(D_prev ‖ seq ‖ noise-generator state before the close ‖ user and item names interned
                         since the previous close ‖ the window's events (interned ids, times, items, values,
-                        locations) ‖ the admitted batch (user ids and reservation vectors))
+                        locations) ‖ the admitted batch (user ids; reservations per used cost component))
 
 (``D`` of a fresh engine is 16 zero bytes; the snapshot carries ``D`` and how many names it covers.) The engine's
 state at a close is a function of the snapshot it started from and of the chain's inputs since, so equal digests
@@ -73,5 +73,10 @@ def window_digest(prev: bytes, seq: int, generator_state: bytes, new_users: list
     for a in arrays:
         _array(h, a)
     _array(h, all_users)
-    _array(h, reservations)
+    # the reservations by cost component, the all-zero components left out (a deployment's queries use few of them:
+    # hashing them would cost more than the rest of the reservations), each kept one named by its index
+    by_component = np.ascontiguousarray(np.asarray(reservations).T)
+    used = np.flatnonzero(by_component.any(axis=1))
+    _array(h, used)
+    _array(h, by_component[used])
     return h.digest()

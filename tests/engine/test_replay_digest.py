@@ -156,9 +156,17 @@ def test_window_digest_changes_with_every_input_and_frames_its_parts():
     h.update(GENESIS + b"3|" + b"1|g")
     for blob in (b'["ab"]', b"[]"):
         h.update(b"%d|" % len(blob) + blob)
-    for a in (np.arange(3), np.zeros(2), np.arange(2), np.ones((2, 6), np.int64)):
+    by_component = np.ones((6, 2), np.int64)  # the reservations transposed; every component used
+    for a in (np.arange(3), np.zeros(2), np.arange(2), np.arange(6, dtype=np.intp), by_component):
         h.update(a.dtype.str.encode() + repr(a.shape).encode() + b"|" + a.tobytes())
     assert h.digest() == d0
+    # unused (all-zero) components are left out, named by the used ones' indices: moving a cost to another
+    # component changes the digest
+    one = np.zeros((2, 6), np.int64)
+    one[:, 1] = 5
+    other = np.zeros((2, 6), np.int64)
+    other[:, 2] = 5
+    assert window_digest(**dict(base, reservations=one)) != window_digest(**dict(base, reservations=other))
 
 
 def test_the_snapshot_carries_the_chain_and_old_snapshots_restart_it():
