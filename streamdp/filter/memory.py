@@ -143,8 +143,11 @@ class MemoryBudgetStore(BudgetStore):
         self._has_override = np.zeros(cap, dtype=bool)
         self._halted = np.zeros(cap, dtype=bool)
         self._scopes: dict[str, _ScopeState] = {}
-        self._digests: dict[str, dict[int, str]] = {}  # scope → seq → the first replay digest of (scope, seq)
-        self._digest_seqs: dict[str, list[int]] = {}  # scope → a min-heap of the seqs in _digests[scope]
+        # replay digests: scope → seq → (the first digest of (scope, seq), "C" clean / "T" tainted), a min-heap of
+        # those seqs, and the highest seq ever recorded (see _replay_trusted)
+        self._digests: dict[str, dict[int, tuple[str, str]]] = {}
+        self._digest_seqs: dict[str, list[int]] = {}
+        self._digest_max: dict[str, int] = {}
         self._releases: dict[str, bytes] = {}
         self._ledger: list[dict] = []
         self.path = path
@@ -232,17 +235,23 @@ class MemoryBudgetStore(BudgetStore):
         ids = self._ids(users)
         return self._admit(scope, seq, ids, costs, digest)
 
-    def _replay_trusted(self, scope: str, seq: int, digest: str | None) -> bool:
-        """May this admit get the replay answers (store.py, "Replay digests")? Records the first digest of (scope,
-        seq) and forgets those of seqs below ``seq - DIGEST_KEEP``, as the Redis script does."""
+    def _replay_trusted(self, scope: str, seq: int, digest: str | None, sc: _ScopeState, ids: np.ndarray,
+                        last: np.ndarray) -> bool:
+        """May this admit get the replay answers (store.py, "Replay digests"; the rule of the Redis script's doc,
+        for a batch that is one call)? The first admit of (scope, seq) records its digest, tainted if a later seq is
+        already recorded or one of its users' state is an admission at ``seq`` or later, and forgets the digests
+        of seqs below ``seq - DIGEST_KEEP``."""
         if digest is None:
             return True
         known = self._digests.setdefault(scope, {})
         first = known.get(seq)
         if first is not None:
-            return first == digest
-        known[seq] = digest
+            return first == (digest, "C")
         heap = self._digest_seqs.setdefault(scope, [])
+        later = self._digest_max.get(scope, seq) > seq  # the highest recorded seq is never forgotten
+        taint = later or bool(((last >= seq) & sc.last_ok[ids]).any())
+        known[seq] = (digest, "T" if taint else "C")
+        self._digest_max[scope] = max(self._digest_max.get(scope, seq), seq)
         heapq.heappush(heap, seq)
         while heap[0] < seq - DIGEST_KEEP:
             known.pop(heapq.heappop(heap), None)
@@ -252,7 +261,7 @@ class MemoryBudgetStore(BudgetStore):
         """Admission of the distinct store ids ``ids`` (validated batch)."""
         sc = self._scope(scope)
         last = sc.last_seq[ids]
-        if not self._replay_trusted(scope, seq, digest) or (last < seq).all():
+        if not self._replay_trusted(scope, seq, digest, sc, ids, last) or (last < seq).all():
             return self._charge(sc, seq, ids, costs)  # a new batch for every user (the usual case)
         replay_same = last == seq
         stale = last > seq
@@ -426,7 +435,8 @@ class MemoryBudgetStore(BudgetStore):
                     "reserved": s.reserved[:n].tolist(), "open": s.open[:n].tolist()}
                 for k, s in self._scopes.items()
             },
-            "digests": {k: {str(q): g for q, g in d.items()} for k, d in self._digests.items()},
+            "digests": {k: {str(q): list(g) for q, g in d.items()} for k, d in self._digests.items()},
+            "digest_max": self._digest_max,
             "releases": {k: v.decode("latin-1") for k, v in self._releases.items()},
             "ledger": self._ledger,
         }
@@ -449,8 +459,9 @@ class MemoryBudgetStore(BudgetStore):
                 sc.reserved[:n] = np.array(s["reserved"], dtype=np.int64)
                 sc.open[:n] = np.array(s["open"], dtype=bool)
         for k, dg in d.get("digests", {}).items():
-            st._digests[k] = {int(q): g for q, g in dg.items()}
+            st._digests[k] = {int(q): tuple(g) for q, g in dg.items()}
             st._digest_seqs[k] = sorted(st._digests[k])  # a sorted list is a heap
+        st._digest_max = {k: int(v) for k, v in d.get("digest_max", {}).items()}
         st._releases = {k: v.encode("latin-1") for k, v in d.get("releases", {}).items()}
         st._ledger = list(d.get("ledger", []))
         return st

@@ -110,17 +110,23 @@ end
 
 #: KEYS = [default key, replay-digest key of the scope, user keys...]
 #: ARGV = [scope field, seq, m, w, m cost vectors (6 decimal strings each), index string (w bytes per user when
-#: m > 1, else empty), replay digest ('' = none: the replay answers below apply unconditionally)]
+#: m > 1, else empty), replay digest ('' = none: the replay answers below apply unconditionally), call nonce]
 #: Returns a string with one character per user: '1' admitted; 'h' refused, and the user is halted with a refusal
 #: (or no) state in this scope, which is permanent: every later admit of the user in this scope, of this seq or a
 #: later one, is refused without a write (the store may answer it without asking Redis); '0' refused, nothing
 #: more to say (a charge-as-new admit of a user halted whose state is a refusal of a later seq: a trusted replay of
 #: a seq below that one would be admitted).
 #:
-#: Replay digests (``streamdp.filter.store``): the digest key is a sorted set of members ``"<seq>:<digest>"``
-#: scored by seq, the first digest of each seq; recording one forgets those of seqs below ``seq - DIGEST_KEEP``.
-#: The replay answers (same seq: first outcome; stale: admitted) are given only when this admit's digest is the
-#: recorded one; otherwise every user is judged as a new batch (the usual path below).
+#: Replay digests (``streamdp.filter.store``): the digest key is a sorted set scored by seq holding, per seq, the
+#: member ``"<seq>:<digest>:<call>:<flag>"`` of the first admit call that carried a digest for it (``<call>``: that
+#: call's nonce, ARGV after the digest; the client draws one per batch and sends it with every chunk). Recording
+#: one forgets the seqs below ``seq - DIGEST_KEEP``. ``<flag>`` is ``T`` (tainted) when, at recording, a later seq
+#: was already recorded, or when a chunk of the recording call meets a user whose state is an admission at this seq
+#: or later — a reach-back replay whose first run left no digest (forgotten, or from before digests) — else ``C``.
+#: The replay answers (same seq: first outcome; stale: admitted) are given only to another call under the recorded
+#: digest with flag ``C``; the recording call's own chunks, any other digest and a tainted record are judged as a
+#: new batch (the usual path below). The memory store applies the same rule to its single-call batches.
+#:
 #: A stale replay (the user's state in the scope is of a later seq) is answered '1' and charges nothing: a refusal
 #: halts for good and its state is never rewritten, so the state's seq is the user's first refusal in the scope and
 #: the user was admitted at every earlier seq they took part in (answering "refused" to a halted user, as the
@@ -142,18 +148,26 @@ local m = tonumber(ARGV[3])
 local w = tonumber(ARGV[4])
 local ix = ARGV[5 + 6 * m]
 local dg = ARGV[6 + 6 * m] or ''
+local nonce = ARGV[7 + 6 * m] or ''
 local call = redis.call
 -- may this admit get the replay answers? (see the replay digests above)
 local trusted = true
+local recording, member, taint = false, nil, false
 if dg ~= '' then
-  local mine = seqs .. ':' .. dg
+  local head = seqs .. ':' .. dg .. ':'
   local first = call('ZRANGEBYSCORE', KEYS[2], seqs, seqs, 'LIMIT', 0, 1)[1]
-  if first then
-    trusted = (first == mine)
-  else
-    trusted = false
-    call('ZADD', KEYS[2], seqs, mine)
+  if not first then                                  -- the first admit of (scope, seq): record its digest
+    trusted, recording = false, true
+    local later = call('ZRANGEBYSCORE', KEYS[2], '(' .. seqs, '+inf', 'LIMIT', 0, 1)[1]
+    if later then member = head .. nonce .. ':T' else member = head .. nonce .. ':C' end
+    call('ZADD', KEYS[2], seqs, member)
     call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%d', seq - DIGEST_KEEP))
+  elseif string.sub(first, 1, #head) ~= head then    -- another digest
+    trusted = false
+  elseif string.sub(first, #head + 1, #head + #nonce + 1) == nonce .. ':' then
+    trusted, recording, member = false, true, first  -- a later chunk of the call that recorded it
+  else
+    trusted = (string.sub(first, -1) == 'C')         -- another call under the recorded digest
   end
 end
 local d = call('HMGET', KEYS[1], '0', '1', '2', '3', '4', '5')
@@ -260,6 +274,7 @@ for u = 1, n do
       if memo then LAST[st], OKC[st] = last, okc end
     end
   end
+  if recording and last and last >= seq and okc == '1' then taint = true end
   if trusted and last and last >= seq then
     if last == seq then                              -- replay of the same batch: first outcome, no charge
       if okc == '0' then out[u] = 'h' else out[u] = okc end
@@ -346,6 +361,10 @@ for u = 1, n do
       out[u] = 'h'
     end
   end
+end
+if taint and string.sub(member, -1) == 'C' then     -- the recording call met an admission at seq or later
+  call('ZREM', KEYS[2], member)
+  call('ZADD', KEYS[2], seqs, string.sub(member, 1, -2) .. 'T')
 end
 return table.concat(out)
 """

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
@@ -433,22 +434,24 @@ class RedisBudgetStore(BudgetStore):
 
     def _admit(self, scope: str, seq: int, frags, costs: np.ndarray, digest: str | None = None) -> np.ndarray:
         """Admission of a validated batch given the RESP bulk strings of its user keys (a list or object array):
-        the admit script's answer code per user (uint8: ``_ADMITTED``, ``_HALTED`` or ``_REFUSED``)."""
+        the admit script's answer code per user (uint8: ``_ADMITTED``, ``_HALTED`` or ``_REFUSED``). With a
+        digest, every chunk carries it and one nonce for the batch, and a batch with no user to ask (all answered
+        from the halted cache) still records it (as the memory store does)."""
         n = len(frags)
         out = np.empty(n, dtype=np.uint8)
-        if n == 0:
+        if n == 0 and digest is None:
             return out
         head = _bulks([f"x:{scope}".encode(), b"%d" % seq])
         dkey = _bulks([self._default_key.encode(), self._digest_key(scope).encode()])
-        tail = _bulks([(digest or "").encode()])
+        tail = _bulks([(digest or "").encode(), os.urandom(8).hex().encode() if digest else b""])
         calls, bounds = [], []
-        for lo in range(0, n, self.chunk):
+        for lo in range(0, max(n, 1), self.chunk):
             hi = min(n, lo + self.chunk)
-            args = _bulks(self._cost_args(costs[lo:hi]))
+            args = _bulks(self._cost_args(costs[lo:hi]) if hi > lo else [b"0", b"1", b""])
             keys = frags[lo:hi]
             if isinstance(keys, np.ndarray):
                 keys = keys.tolist()
-            calls.append(_Call(2 + hi - lo, 2 + hi - lo + len(head) + len(args) + 1,
+            calls.append(_Call(2 + hi - lo, 2 + hi - lo + len(head) + len(args) + len(tail),
                                b"".join(dkey + keys + head + args + tail)))
             bounds.append((lo, hi))
         res = self._call(lambda: self._eval_many("admit", calls))

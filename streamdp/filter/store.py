@@ -23,10 +23,13 @@ Semantics (DESIGN.md §3):
 * **Replay digests.** Those replay answers are sound only for a replay of the *same* batch. An admit may carry a
   ``digest`` (the engine's :mod:`streamdp.engine.replay_digest`: a hash of everything the window close depends on).
   The store records the first digest of each ``(scope, seq)`` (keeping those of the last :data:`DIGEST_KEEP` seqs
-  of a scope) and gives the replay answers above only to an admit carrying that digest. An admit carrying another
-  digest, or one for which none is recorded (the first admit of the seq — the digest is recorded then —, or one
-  forgotten), is charged as a new batch: every user is checked and charged as if they had no state for that seq
-  (a user halted for good is refused; one whose state is a refusal keeps it). An unfaithful replay therefore pays
+  of a scope) and gives the replay answers above only to a later admit (another call) carrying that digest, and
+  only if the record is *clean*. The admit that records the digest, an admit carrying another digest, and any admit
+  under a *tainted* record are judged as a new batch: every user is checked and charged as if they had no state for
+  that seq (a user halted for good is refused; one whose state is a refusal keeps it). A record is tainted when,
+  as it is recorded, a later seq of the scope is already recorded, or one of the batch's users has a state that is
+  an admission at that seq or later: the batch replays a seq whose first run left no digest (forgotten, or from
+  before digests), so its users' states cannot say what that run charged. An unfaithful replay therefore pays
   again: never under-charged, never stuck. An admit without a digest (``None``: administrative callers, tests of
   the rules above) gets the replay answers unconditionally.
 * :meth:`BudgetStore.settle` lowers an admitted user's charge for batch ``(scope, seq)`` from the reserved cost to

@@ -120,8 +120,9 @@ def test_only_the_last_DIGEST_KEEP_seqs_keep_their_digest(make_store):
     st.admit("q", 2 + DIGEST_KEEP, ["v"], [c(1)], digest=B)  # forgets below 2: seq 1 forgotten
     assert st.admit("q", 1, ["u"], [c(1)], digest=A).tolist() == [True]
     assert spent(st, "u") == c(2)  # charged again
-    assert st.admit("q", 1, ["u"], [c(1)], digest=A).tolist() == [True]  # and A recorded again for seq 1
-    assert spent(st, "u") == c(2)
+    # A is recorded again for seq 1, but tainted (later seqs were recorded: a reach-back), so never trusted
+    assert st.admit("q", 1, ["u"], [c(1)], digest=A).tolist() == [True]
+    assert spent(st, "u") == c(3)
 
 
 def test_a_batch_cut_short_by_a_failure_completes_under_its_digest(make_store):
@@ -215,3 +216,31 @@ def test_through_the_engine_a_replay_with_other_data_is_charged_and_a_faithful_o
     once, after = run(make_store(budget_vector(cfg.budget)), extra=[{"user": "u", "ts": t0 + 3, "items": ["y"]}])
     assert after["v"] == 2 * once["v"]  # the same reservation, but another batch: charged again
     assert after["u"] > 2 * once["u"]  # and u's larger one on top of the lost run's
+
+
+def test_a_first_admit_meeting_an_admission_at_its_seq_or_later_is_tainted_and_never_trusted(make_store):
+    """A reach-back: seq 5 was admitted without a digest (before digests), so seq 3's first digest is recorded by a
+    replay; its users' states cannot say what seq 3 charged. All of its chunks charge as new, and so does every
+    later call under the same digest (the record is tainted)."""
+    st = make_store(c(20), chunk=1)
+    st.admit("q", 5, ["b"], [c(2)])  # no digest: b's state is an admission at seq 5
+    assert st.admit("q", 3, ["a", "b"], [c(3), c(3)], digest=A).tolist() == [True, True]
+    assert spent(st, "a") == c(3) and spent(st, "b") == c(5)  # b's stale state does not make chunk 2 free
+    assert st.admit("q", 3, ["a", "b"], [c(3), c(3)], digest=A).tolist() == [True, True]
+    assert spent(st, "a") == c(6) and spent(st, "b") == c(8)  # tainted: charged again
+
+
+def test_every_chunk_of_the_recording_call_is_judged_as_new(make_store):
+    """The first version's bug: chunk 1 recorded the digest, chunk 2 found it and gave the replay answers."""
+    st = make_store(c(20), chunk=2)
+    st.admit("q", 4, ["c"], [c(1)], digest=B)  # c: a state at seq 4 … and seq 4 recorded: a later seq
+    assert st.admit("q", 2, ["a", "b", "c"], [c(2), c(2), c(2)], digest=A).tolist() == [True] * 3
+    assert [spent(st, u) for u in "abc"] == [c(2), c(2), c(3)]
+
+
+def test_a_clean_record_is_trusted_by_the_next_call(make_store):
+    st = make_store(c(20), chunk=1)
+    st.admit("q", 1, ["a", "b"], [c(2), c(2)], digest=A)
+    st.admit("q", 2, ["a", "b"], [c(2), c(2)], digest=B)
+    assert st.admit("q", 1, ["a", "b"], [c(2), c(2)], digest=A).tolist() == [True, True]  # stale, trusted: free
+    assert [spent(st, u) for u in "ab"] == [c(4), c(4)]
