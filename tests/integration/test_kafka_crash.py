@@ -105,9 +105,21 @@ def _assert_equals_base(bootstrap: str, base: Base, crash: dict, url: str) -> No
         assert set(led) == set(base.out) and max(led.values()) == 1
         for k, vals in base.out.items():
             assert sc.get_release(k) == next(iter(vals))
+        # the replays were faithful: their admits found the lost runs' replay digests (engine/replay_digest.py), so
+        # the store holds one clean record per admitted window, none tainted, as many as the undisturbed run's
+        rec_b, rec_c = _digest_records(base.url), _digest_records(url)
+        assert len(rec_c) == len(rec_b) > 20 and all(m.endswith(b":C") for m in rec_c)
     finally:
         sb.close()
         sc.close()
+
+
+def _digest_records(url: str) -> list[bytes]:
+    """The replay-digest records of the one deployment in the store at ``url``."""
+    r = redis.Redis.from_url(url)
+    keys = r.keys("sdp:digests:*")
+    assert len(keys) == 1, keys
+    return r.zrange(keys[0], 0, -1)
 
 
 def test_sigkill_at_every_point_then_restart_equals_undisturbed_run(tansu, redis_server, base, topic_prefix,
