@@ -239,8 +239,8 @@ class MemoryBudgetStore(BudgetStore):
                         last: np.ndarray) -> bool:
         """May this admit get the replay answers (store.py, "Replay digests"; the rule of the Redis script's doc,
         for a batch that is one call)? The first admit of (scope, seq) records its digest, tainted if a later seq is
-        already recorded or one of its users' state is an admission at ``seq`` or later, and forgets the digests
-        of seqs below ``seq - DIGEST_KEEP``."""
+        already recorded or one of its users' state is of a later seq (either outcome) or an admission at ``seq``,
+        and forgets the digests of seqs below ``seq - DIGEST_KEEP``."""
         if digest is None:
             return True
         known = self._digests.setdefault(scope, {})
@@ -249,7 +249,7 @@ class MemoryBudgetStore(BudgetStore):
             return first == (digest, "C")
         heap = self._digest_seqs.setdefault(scope, [])
         later = self._digest_max.get(scope, seq) > seq  # the highest recorded seq is never forgotten
-        taint = later or bool(((last >= seq) & sc.last_ok[ids]).any())
+        taint = later or bool(((last > seq) | ((last == seq) & sc.last_ok[ids])).any())
         known[seq] = (digest, "T" if taint else "C")
         self._digest_max[scope] = max(self._digest_max.get(scope, seq), seq)
         heapq.heappush(heap, seq)

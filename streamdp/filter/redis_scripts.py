@@ -121,8 +121,9 @@ end
 #: member ``"<seq>:<digest>:<call>:<flag>"`` of the first admit call that carried a digest for it (``<call>``: that
 #: call's nonce, ARGV after the digest; the client draws one per batch and sends it with every chunk). Recording
 #: one forgets the seqs below ``seq - DIGEST_KEEP``. ``<flag>`` is ``T`` (tainted) when, at recording, a later seq
-#: was already recorded, or when a chunk of the recording call meets a user whose state is an admission at this seq
-#: or later — a reach-back replay whose first run left no digest (forgotten, or from before digests) — else ``C``.
+#: was already recorded, or when a chunk of the recording call meets a user whose state is of a later seq (either
+#: outcome) or an admission at this seq — a reach-back replay whose first run left no digest (forgotten, or from
+#: before digests) — else ``C``.
 #: The replay answers (same seq: first outcome; stale: admitted) are given only to another call under the recorded
 #: digest with flag ``C``; the recording call's own chunks, any other digest and a tainted record are judged as a
 #: new batch (the usual path below). The memory store applies the same rule to its single-call batches.
@@ -274,7 +275,7 @@ for u = 1, n do
       if memo then LAST[st], OKC[st] = last, okc end
     end
   end
-  if recording and last and last >= seq and okc == '1' then taint = true end
+  if recording and last and (last > seq or (last == seq and okc == '1')) then taint = true end
   if trusted and last and last >= seq then
     if last == seq then                              -- replay of the same batch: first outcome, no charge
       if okc == '0' then out[u] = 'h' else out[u] = okc end
@@ -362,7 +363,7 @@ for u = 1, n do
     end
   end
 end
-if taint and string.sub(member, -1) == 'C' then     -- the recording call met an admission at seq or later
+if taint and string.sub(member, -1) == 'C' then     -- the recording call met a reach-back state (see the doc)
   call('ZREM', KEYS[2], member)
   call('ZADD', KEYS[2], seqs, string.sub(member, 1, -2) .. 'T')
 end

@@ -27,9 +27,10 @@ Semantics (DESIGN.md §3):
   only if the record is *clean*. The admit that records the digest, an admit carrying another digest, and any admit
   under a *tainted* record are judged as a new batch: every user is checked and charged as if they had no state for
   that seq (a user halted for good is refused; one whose state is a refusal keeps it). A record is tainted when,
-  as it is recorded, a later seq of the scope is already recorded, or one of the batch's users has a state that is
-  an admission at that seq or later: the batch replays a seq whose first run left no digest (forgotten, or from
-  before digests), so its users' states cannot say what that run charged. An unfaithful replay therefore pays
+  as it is recorded, a later seq of the scope is already recorded, or one of the batch's users has a state of a
+  later seq (admission or refusal) or an admission at that seq: the batch replays a seq whose first run left no
+  digest (forgotten, or from before digests), so its users' states cannot say what that run charged, and the stale
+  rule would contradict the recording call's own answers (it refuses a user halted at a later seq). An unfaithful replay therefore pays
   again: never under-charged, never stuck. An admit without a digest (``None``: administrative callers, tests of
   the rules above) gets the replay answers unconditionally.
 * :meth:`BudgetStore.settle` lowers an admitted user's charge for batch ``(scope, seq)`` from the reserved cost to

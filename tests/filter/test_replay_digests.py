@@ -244,3 +244,16 @@ def test_a_clean_record_is_trusted_by_the_next_call(make_store):
     st.admit("q", 2, ["a", "b"], [c(2), c(2)], digest=B)
     assert st.admit("q", 1, ["a", "b"], [c(2), c(2)], digest=A).tolist() == [True, True]  # stale, trusted: free
     assert [spent(st, u) for u in "ab"] == [c(4), c(4)]
+
+
+def test_a_refusal_at_a_later_seq_taints_the_record(make_store):
+    """Found by the mutation audit (2026-11-23): b was refused (halted) at seq 5 before digests; the first call at seq
+    3 under A refuses b (halted) and recorded A clean, so the next call under A gave b the stale answer, admitted
+    free — not the recording call's answer, and b's data released at no charge. A state of a later seq, refusal
+    or admission, now taints the record."""
+    st = make_store(c(10))
+    assert st.admit("q", 5, ["b"], [c(11)]).tolist() == [False]  # no digest: b refused and halted at 5
+    first = st.admit("q", 3, ["a", "b"], [c(2), c(2)], digest=A).tolist()
+    assert first == [True, False]
+    assert st.admit("q", 3, ["a", "b"], [c(2), c(2)], digest=A).tolist() == [True, False]  # tainted: as new
+    assert spent(st, "a") == c(4) and spent(st, "b") == c(0)
