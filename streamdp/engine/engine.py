@@ -411,8 +411,11 @@ class ReleaseEngine:
             q.load_state(st["queries"][q.id])
         self.counters = EngineCounters(**st["counters"])
         hist = st.get("history")  # absent from snapshots of before replay digests: the chain restarts
-        self.history, self._history_users, self._history_items = (
-            (GENESIS, 0, 0) if hist is None else (bytes.fromhex(hist["digest"]), int(hist["users"]), int(hist["items"])))
+        if hist is None:
+            self.history, self._history_users, self._history_items = GENESIS, 0, 0
+        else:
+            self.history = bytes.fromhex(hist["digest"])
+            self._history_users, self._history_items = int(hist["users"]), int(hist["items"])
         if st["rng"] is not None:
             self.rng.bit_generator.state = st["rng"]
 
