@@ -3,8 +3,10 @@ documented parameter exists in the kind the table documents, and a default writt
 ``"km"``, ``true``, ``1e-6``) or as ``required`` equals the registry's. Free-text defaults ("region middle",
 "—") are only checked to name an optional parameter, as are documented values of a parameter whose registry
 default is None (the query derives it, e.g. ``grid_means.origin`` = ``[0, 0]``). The kind of a table is the one named in backticks in the
-nearest heading above it that names one. Positive controls: doctored copies with a wrong default, an
-unknown parameter and a required parameter shown with a default are reported."""
+nearest heading above it that names one. Every parameter of every registered kind has a row in some table of that
+kind (a parameter added to the registry must be documented). Positive controls: doctored copies with a wrong
+default, an unknown parameter and a required parameter shown with a default are reported, and so are a docs text
+missing one row and a registry with one undocumented parameter."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import glob
 import os
 import re
 import tomllib
+from dataclasses import replace
 
-from streamdp.config.kinds import kinds
+from streamdp.config.kinds import Param, kinds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "query_*.md")))
@@ -37,9 +40,9 @@ def _literal(text: str):
         return False, None
 
 
-def check(text: str, registry) -> tuple[list[str], int]:
-    """Problems found, and the number of (kind, parameter) rows checked."""
-    problems, checked = [], 0
+def rows(text: str, registry):
+    """(kind, parameter, default cell) of every row of every parameter table; kind None when no heading above the
+    table names one."""
     kind, header = None, None
     for line in text.splitlines():
         if line.startswith("#"):
@@ -58,8 +61,13 @@ def check(text: str, registry) -> tuple[list[str], int]:
         m = _CELL.match(cells[header.index("parameter")])
         if not m:
             continue
-        name, default = m.group(1), cells[header.index("default")]
-        k = kind
+        yield kind, m.group(1), cells[header.index("default")]
+
+
+def check(text: str, registry) -> tuple[list[str], int]:
+    """Problems found, and the number of (kind, parameter) rows checked."""
+    problems, checked = [], 0
+    for k, name, default in rows(text, registry):
         if k is None:
             problems.append(f"{name}: no query kind named above its table")
             continue
@@ -82,6 +90,20 @@ def check(text: str, registry) -> tuple[list[str], int]:
         if ok and value != p.default and not (isinstance(p.default, tuple) and list(p.default) == value):
             problems.append(f"{k}.{name}: documented default {value!r}, registry {p.default!r}")
     return problems, checked
+
+
+def undocumented(texts, registry) -> list[str]:
+    """``kind.parameter`` of every registry parameter without a row in a table of its kind in any of ``texts``."""
+    documented = {(k, name) for text in texts for k, name, _ in rows(text, registry)}
+    return [f"{k}.{p.name}" for k in sorted(registry) for p in registry[k].params if (k, p.name) not in documented]
+
+
+def _read_docs() -> list[str]:
+    out = []
+    for path in DOCS:
+        with open(path, encoding="utf-8") as f:
+            out.append(f.read())
+    return out
 
 
 def test_query_docs_agree_with_the_registry():
@@ -114,3 +136,25 @@ def test_drift_is_reported():
     assert check(page.replace("| required |", "| `1.0` |"), registry)[0] == [
         "top_k.epsilon: required in the registry, documented default '`1.0`'"]
     assert check(page.replace("`5`", "required"), registry)[0] == ["top_k.k: documented as required, registry default 5"]
+
+
+def test_every_registry_parameter_is_documented():
+    registry = kinds()
+    assert undocumented(_read_docs(), registry) == []
+
+
+def test_an_undocumented_parameter_is_reported():
+    registry = kinds()
+    texts = _read_docs()
+    # a docs text missing one row
+    row = "| `k` | items returned per window at most | `5` |\n"
+    doctored = [t.replace(row, "") for t in texts]
+    assert doctored != texts
+    assert undocumented(doctored, registry) == ["top_k.k"]
+    # a registry with a parameter nobody documented
+    top_k = registry["top_k"]
+    grown = {**registry, "top_k": replace(top_k, params=top_k.params + (Param("new_knob", "int", "x", default=1),))}
+    assert undocumented(texts, grown) == ["top_k.new_knob"]
+    # a row counts only for the kind named in the heading above its table
+    misplaced = "\n## `continual_counts`\n\n| parameter | meaning | default |\n|---|---|---|\n| `k` | k | `5` |\n"
+    assert undocumented(doctored[:-1] + [doctored[-1] + misplaced], registry) == ["top_k.k"]
