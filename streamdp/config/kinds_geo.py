@@ -13,8 +13,8 @@ _CONVERSION = ("; converted from per unit^2 to the canonical per m^2 of great-ci
                "(a = b = 180/pi for degrees; a = R*cos(ref_lat), b = R for metres)")
 
 _FRAME = (
-    Param("region", "list", "[lat_min, lat_max, lon_min, lon_max] in degrees: events with a loc outside are ignored "
-          "(and pay nothing); bounds the metres-per-unit conversion of the cost", required=True),
+    Param("region", "list", "[lat_min, lat_max, lon_min, lon_max] in degrees: bounds the metres-per-unit conversion of "
+          "the cost; a loc outside is folded onto the region's edge (it still counts and pays), not dropped", required=True),
     Param("units", "str", "planar unit of the mechanisms and of rho/epsilon: 'metres' (equirectangular projection "
           "around ref_lat) or 'degrees' (raw lon/lat as planar)", default="metres", choices=("metres", "degrees")),
     Param("ref_lat", "float", "reference latitude of the equirectangular projection (default: the region's middle)",

@@ -32,7 +32,7 @@ _FRAME = (
     Param("ref_lat", "float", "reference latitude of the equirectangular projection (default: the region's "
           "middle)", default=None, gt=-90, lt=90),
     Param("region", "list", "[lat_min, lat_max, lon_min, lon_max] (degrees), required for lat/lon input: bounds "
-          "the metres-per-unit conversion; locations outside are ignored", default=None),
+          "the metres-per-unit conversion; a location outside is folded onto the region's edge, not dropped", default=None),
     Param("location", "str", "a user's window location from their events with a usable loc",
           default="last", choices=("last", "first", "mean")),
     Param("reuse_savings", "bool", "000 Alg. 3 reallocation of savings (false: uniform B/m per query)",
