@@ -14,6 +14,39 @@ class ConfigError(ValueError):
     """Invalid configuration; the message names the offending field."""
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for an error message, shortened: a 400-digit TOML integer is named by its length."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"an integer of {len(str(abs(value)))} digits"
+    r = repr(value)
+    return r if len(r) <= 120 else f"{r[:100]}… ({len(r)} characters)"
+
+
+def _too_large(value: Any, path: str = "") -> str | None:
+    """The position of the first integer inside ``value`` (nested lists and tables) that no float can hold (the
+    query constructors convert numbers with ``float()``, which raises OverflowError past ≈1.8e308), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            return path or "value"
+        return None
+    if isinstance(value, list):
+        items = enumerate(value)
+    elif isinstance(value, dict):
+        items = value.items()
+    else:
+        return None
+    for k, v in items:
+        bad = _too_large(v, f"{path}[{k!r}]" if isinstance(k, str) else f"{path}[{k}]")
+        if bad is not None:
+            return bad
+    return None
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
@@ -31,23 +64,30 @@ class Param:
         t = self.type
         if t in ("float", "int"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{where}.{self.name}: must be a number, got {value!r}")
+                raise ConfigError(f"{where}.{self.name}: must be a number, got {shown(value)}")
             if t == "int":
                 if isinstance(value, float) and not value.is_integer():
                     raise ConfigError(f"{where}.{self.name}: must be an integer, got {value!r}")
                 value = int(value)
+                if not INT64_MIN <= value <= INT64_MAX:  # TOML integers have no bound in tomllib
+                    raise ConfigError(f"{where}.{self.name}: must fit a 64-bit integer "
+                                      f"(|value| < 9.22e18), got {shown(value)}")
             else:
-                value = float(value)
+                try:
+                    value = float(value)
+                except OverflowError:  # a TOML integer of more than 308 digits
+                    raise ConfigError(f"{where}.{self.name}: must be a finite number (at most about 1.8e308), "
+                                      f"got {shown(value)}") from None
                 if not math.isfinite(value):
                     raise ConfigError(f"{where}.{self.name}: must be finite, got {value!r}")
             if self.gt is not None and not value > self.gt:
-                raise ConfigError(f"{where}.{self.name}: must be > {self.gt}, got {value!r}")
+                raise ConfigError(f"{where}.{self.name}: must be > {self.gt}, got {shown(value)}")
             if self.lt is not None and not value < self.lt:
-                raise ConfigError(f"{where}.{self.name}: must be < {self.lt}, got {value!r}")
+                raise ConfigError(f"{where}.{self.name}: must be < {self.lt}, got {shown(value)}")
             if self.min is not None and value < self.min:
-                raise ConfigError(f"{where}.{self.name}: must be ≥ {self.min}, got {value!r}")
+                raise ConfigError(f"{where}.{self.name}: must be ≥ {self.min}, got {shown(value)}")
             if self.max is not None and value > self.max:
-                raise ConfigError(f"{where}.{self.name}: must be ≤ {self.max}, got {value!r}")
+                raise ConfigError(f"{where}.{self.name}: must be ≤ {self.max}, got {shown(value)}")
         elif t == "str":
             if not isinstance(value, str):
                 raise ConfigError(f"{where}.{self.name}: must be a string, got {value!r}")
@@ -56,7 +96,7 @@ class Param:
                 raise ConfigError(f"{where}.{self.name}: must be true or false, got {value!r}")
         elif t == "list":
             if not isinstance(value, list):
-                raise ConfigError(f"{where}.{self.name}: must be a list, got {value!r}")
+                raise ConfigError(f"{where}.{self.name}: must be a list, got {shown(value)}")
         if self.choices is not None and value not in self.choices:
             raise ConfigError(f"{where}.{self.name}: must be one of {list(self.choices)}, got {value!r}")
         return value
@@ -135,13 +175,17 @@ def build_query(where: str, table: dict, *, horizon: int):
     for p in k.params:
         if p.name in table:
             args[p.name] = p.check(where, table[p.name])
+            bad = _too_large(args[p.name])
+            if bad is not None:  # inside a list or table: the constructors' float() would raise OverflowError
+                raise ConfigError(f"{where}.{p.name}{'' if bad == 'value' else bad}: a number too large for a "
+                                  "float (at most about 1.8e308)")
         elif p.required:
             raise ConfigError(f"{where}.{p.name}: is required for kind {kind!r}")
         else:
             args[p.name] = p.default
-    if k.validate is not None:
-        k.validate(where, args)
     try:
+        if k.validate is not None:
+            k.validate(where, args)
         q = k.build(qid, horizon=horizon, **args)
     except ConfigError:
         raise
