@@ -46,10 +46,12 @@ def _kinds(args) -> int:
 def _check(args) -> int:
     from streamdp.cli.main import CLIError
     from streamdp.config.kinds import ConfigError
-    from streamdp.config.loader import load_config
+    from streamdp.config.loader import ConfigFileError, load_config
 
     try:
         cfg = load_config(args.file)
+    except ConfigFileError as e:  # its message starts with the path already
+        raise CLIError(str(e), code=1) from None
     except ConfigError as e:
         raise CLIError(f"{args.file}: {e}", code=1) from None
     qs = cfg.build_queries()

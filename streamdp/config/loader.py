@@ -190,14 +190,28 @@ def check_topics(kafka: dict, query_ids: list) -> None:
         seen[topic] = where
 
 
+class ConfigFileError(ConfigError):
+    """The config file cannot be read as TOML at all; the message starts with the file's path (callers that name
+    the file themselves do not repeat it)."""
+
+
 def load_config(path: str) -> ServiceConfig:
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
+        raise ConfigFileError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigFileError(f"{path}: is a directory, not a TOML config file") from None
+    except UnicodeDecodeError as e:  # tomllib decodes the whole file as UTF-8 first
+        raise ConfigFileError(f"{path}: not valid TOML: not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at "
+                              f"offset {e.start})") from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        raise ConfigFileError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:  # arrays or inline tables nested thousands deep
+        raise ConfigFileError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
+    except OSError as e:  # permission denied, an unreadable device, …
+        raise ConfigFileError(f"{path}: cannot read the config file: {e.strerror or e}") from None
     return parse_config(raw)
 
 
