@@ -479,8 +479,17 @@ class MemoryBudgetStore(BudgetStore):
 
     @classmethod
     def load(cls, path: str) -> "MemoryBudgetStore":
+        """The store saved at ``path``; ValueError naming the file when it is not one (not JSON, or JSON of
+        another shape)."""
         with open(path) as f:
-            return cls.from_json(json.load(f), path=path)
+            try:
+                d = json.load(f)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ValueError(f"{path} is not a streamdp budget store file (not JSON: {e})") from None
+        try:
+            return cls.from_json(d, path=path)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise ValueError(f"{path} is not a streamdp budget store file ({type(e).__name__}: {e})") from None
 
     def close(self) -> None:
         self.save()
