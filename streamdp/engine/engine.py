@@ -70,6 +70,11 @@ def admission_scope(base: str, query_ids, parameters: str = "") -> str:
 class ReleaseConflict(RuntimeError):
     """The release log holds a different record for this (query, epoch, window): restore the matching snapshot."""
 
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"release log already holds a different release for {key}: restore the snapshot stored "
+                         "with it instead of recomputing (fresh noise must never be published for the same quantity)")
+
 
 @dataclass
 class EngineConfig:
@@ -335,9 +340,7 @@ class ReleaseEngine:
             body = rec.to_bytes()
             stored = self.store.put_release(rec.key, body)
             if stored != body:
-                raise ReleaseConflict(
-                    f"release log already holds a different release for {rec.key}: restore the snapshot stored "
-                    "with it instead of recomputing (fresh noise must never be published for the same quantity)")
+                raise ReleaseConflict(rec.key)
             records.append(rec)
         # 5. settle reservations to the actual costs; ledger
         adm_idx = np.flatnonzero(mask) if actual_total is not None else mask[:0]  # nothing to settle if None

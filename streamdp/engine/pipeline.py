@@ -11,13 +11,22 @@ from streamdp.input.events import DeadLetter, parse_batch
 
 
 class EmbeddedPipeline:
-    def __init__(self, engine: ReleaseEngine, sinks: list, on_window: Callable[[WindowSummary], None] | None = None):
+    """``before_publish``: called before the releases of closed windows go to the sinks — a store that is not
+    durable by itself (the embedded file store) saves there, so that the charges and the release log of every
+    published release are on disk first (DESIGN §3: charges are committed before anything is published; a re-run
+    must not publish the same quantity with fresh noise)."""
+
+    def __init__(self, engine: ReleaseEngine, sinks: list, on_window: Callable[[WindowSummary], None] | None = None,
+                 before_publish: Callable[[], None] | None = None):
         self.engine = engine
         self.sinks = sinks
         self.on_window = on_window
+        self.before_publish = before_publish
         self.dead_letters = 0
 
     def _emit(self, summaries: list[WindowSummary]) -> None:
+        if summaries and self.before_publish is not None:
+            self.before_publish()
         for s in summaries:
             for rec in s.records:
                 for sink in self.sinks:
