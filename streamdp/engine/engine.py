@@ -46,6 +46,10 @@ from streamdp.windows.tumbling import TumblingWindows, absurd_times, stream_posi
 
 log = logging.getLogger("streamdp.engine")
 
+#: one watermark advance closing this many windows or more is logged as a warning: every window is released
+#: (mostly empty), which is right for a stream that was idle that long but is usually a wrong ``origin``
+MANY_WINDOWS_AT_ONCE = 1000
+
 SNAPSHOT_VERSION = 2  # 2: names without the closing bracket (append logs); 1 still loads
 
 
@@ -234,6 +238,10 @@ class ReleaseEngine:
         due = self.due_windows(now)
         if not due:
             return []
+        if len(due) >= MANY_WINDOWS_AT_ONCE:
+            log.warning("closing %d windows at once (windows %d…%d, each released, most of them empty): events "
+                        "far past the last closed window — check the configured origin (%s) and window_seconds "
+                        "(%s)", len(due), due[0], due[-1], self.windows.origin, self.config.window_seconds)
         if self.config.store_retries <= 0:
             return [self.close_window(t) for t in due]
         snap = self.snapshot(include_rng=True)
