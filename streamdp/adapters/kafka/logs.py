@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
 
 
@@ -35,7 +36,12 @@ class TextFormatter(logging.Formatter):
 
 
 def setup_logging(fmt: str = "json", level: str = "INFO") -> None:
-    """Configure the ``streamdp`` logger (and aiokafka's warnings) to write ``fmt`` lines to stderr."""
+    """Configure the ``streamdp`` logger (and aiokafka's warnings) to write ``fmt`` lines to stderr. ``level`` is a
+    standard level name in any case (``--log-level`` offers them as choices); another name is a ValueError that
+    names the choices."""
+    if not isinstance(level, str) or level.upper() not in LEVELS:
+        raise ValueError(f"unknown log level {level!r}: use one of {', '.join(LEVELS)}")
+    level = level.upper()
     h = logging.StreamHandler(sys.stderr)
     h.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     for name in ("streamdp", "aiokafka"):
