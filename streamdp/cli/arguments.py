@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def positive_int(text: str) -> int:
@@ -12,6 +13,29 @@ def positive_int(text: str) -> int:
         v = 0
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def nonneg_seconds(text: str) -> float:
+    """A duration in seconds: a finite number ≥ 0 (``nan`` and ``inf`` are not durations: a wait of ``nan``
+    seconds compared false with every elapsed time and retried forever)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds ≥ 0, got {text!r}")
+    return v
+
+
+def positive_seconds(text: str) -> float:
+    """A duration in seconds: a finite number > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
     return v
 
 

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from streamdp.cli.arguments import LOG_LEVELS, log_level, positive_int
+from streamdp.cli.arguments import LOG_LEVELS, log_level, nonneg_seconds, positive_int, positive_seconds
 
 
 def register(sub) -> None:
@@ -30,11 +30,11 @@ def register(sub) -> None:
     p.add_argument("--input-topic", help="input topic (overrides kafka.input_topic)")
     p.add_argument("--group", help="consumer group (overrides kafka.group_id)")
     p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (overrides kafka.metrics_port; 0 = off)")
-    p.add_argument("--checkpoint-seconds", type=float, default=None,
+    p.add_argument("--checkpoint-seconds", type=positive_seconds, default=None,
                    help="checkpoint at least this often while consuming (default: kafka.checkpoint_seconds, 5)")
     p.add_argument("--checkpoint-batches", type=int, default=None,
                    help="…and at least every N batches (default: kafka.checkpoint_batches, 100)")
-    p.add_argument("--drain-idle", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--drain-idle", type=nonneg_seconds, default=None, metavar="SECONDS",
                    help="bounded input: after SECONDS without events close every window, publish and exit")
     p.add_argument("--standalone", action="store_true", default=None,
                    help="own every input partition without consumer-group coordination: exactly ONE worker per "
@@ -45,9 +45,9 @@ def register(sub) -> None:
     p.add_argument("--allow-empty-store", action="store_true",
                    help="start over although the budget store has no checkpoint while Kafka has offsets this group "
                         "committed (the store lost its state): every window is released again with fresh noise")
-    p.add_argument("--store-wait", type=float, default=None, metavar="SECONDS",
-                   help="an unreachable budget store at start is retried with backoff for this long (default: until "
-                        "it answers or SIGTERM)")
+    p.add_argument("--store-wait", type=nonneg_seconds, default=None, metavar="SECONDS",
+                   help="an unreachable budget store at start is retried with backoff for this long, a finite "
+                        "number ≥ 0 (default: until it answers or SIGTERM)")
     p.add_argument("--unsafe-test-seed", type=int, default=None,
                    help="deterministic noise (TEST MODE: the releases are NOT private)")
     p.add_argument("--log-format", choices=("json", "text"), default="json")
@@ -281,7 +281,7 @@ def run_replay(args) -> int:
 
             events = itertools.islice(events, args.limit)
             total = args.limit
-    if args.rate is not None and args.rate <= 0:
+    if args.rate is not None and not args.rate > 0:  # nan too
         raise CLIError("--rate must be > 0")
     partitions = args.partitions or cfg.kafka["partitions"]
     bar = tqdm(total=total, unit="ev", unit_scale=True, disable=args.quiet, file=sys.stderr,
