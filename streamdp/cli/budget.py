@@ -52,6 +52,7 @@ from streamdp.accounting.report import DEFAULT_DELTA_PRIME, DEFAULT_GP_WITHIN_KM
 from streamdp.cli.arguments import positive_int
 from streamdp.cli.main import CLIError
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
+from streamdp.input.events import MAX_USER_LEN
 from streamdp.outputs.ledger_totals import ledger_totals
 
 __all__ = ["register", "user_json", "used_fraction"]
@@ -476,6 +477,21 @@ def _nonneg_real(text: str) -> float:
     return v
 
 
+def _user_id(text: str) -> str:
+    """A user id that an event can carry: the event parser's rule (``streamdp/input/events.py``: 1..MAX_USER_LEN
+    characters of valid UTF-8; any other user is dead-lettered as ``bad_user``), so ``grant`` never creates a budget
+    for a user no event can name."""
+    if not text or len(text) > MAX_USER_LEN:
+        got = repr(text) if len(text) <= 40 else f"{text[:20]!r}… ({len(text)} characters)"
+        raise argparse.ArgumentTypeError(f"a user id must have 1..{MAX_USER_LEN} characters (events with any other "
+                                         f"user are dead-lettered as bad_user), got {got}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 in argv arrive as lone surrogates
+        raise argparse.ArgumentTypeError(f"a user id must be valid UTF-8 (as in events), got {text!r}") from None
+    return text
+
+
 def _conversion_delta(text: str) -> float:
     v = _nonneg_real(text)
     if not 0.0 < v < 1.0:
@@ -546,7 +562,7 @@ def register(subparsers) -> None:
                               ("set-default", _set_default, "set the default budget in one notion (administrative)")):
         q = add(name, func, help_, writes=True)
         if name == "grant":
-            q.add_argument("user")
+            q.add_argument("user", type=_user_id, help=f"user id, 1..{MAX_USER_LEN} characters (as in events)")
         q.add_argument("--rho", type=_nonneg_real, required=True, metavar="R",
                        help="ρ budget (α for emd); inf for unlimited")
         q.add_argument("--delta", type=_delta_budget, metavar="D", help="δ budget < 1, or inf (default: unchanged)")
