@@ -71,6 +71,29 @@ def budget_to_fixed(x: float, scale: int) -> int:
     return min(math.floor(_decimal(x) * scale), INT64_MAX)
 
 
+def max_budget_text(scale: int) -> str:
+    """The exclusive upper bound of a *finite* budget at ``scale``, as an exact decimal: INT64_MAX/scale
+    (``9223372.036854775807`` for ρ and α, ``9.223372036854775807`` for δ). At or past it :func:`budget_to_fixed`
+    returns INT64_MAX, the fixed-point value of an *unlimited* budget."""
+    whole, frac = divmod(INT64_MAX, scale)
+    digits = len(str(scale)) - 1
+    return f"{whole}.{frac:0{digits}d}".rstrip("0").rstrip(".") if digits else str(whole)
+
+
+def check_budget_range(x: float, scale: int, name: str = "budget") -> float:
+    """``x`` if it is ``inf`` (unlimited) or a finite budget ≥ 0 that the fixed-point grid holds; a ValueError that
+    gives the maximum otherwise. (:func:`budget_to_fixed` maps every finite budget past the range to the INT64_MAX
+    sentinel, i.e. *unlimited*: an operator's finite 1e7 must be refused, not silently become "no limit".)"""
+    x = float(x)
+    if math.isinf(x) and x > 0:
+        return x
+    x = _check_real(x, name)
+    if _decimal(x) * scale >= INT64_MAX:
+        raise ValueError(f"a finite {name} must be < {max_budget_text(scale)} (the fixed-point range of budgets), "
+                         f"got {x!r}")
+    return x
+
+
 def costs_to_fixed(x, scale: int) -> np.ndarray:
     """Vectorised :func:`cost_to_fixed` (the same integers): each cost rounded UP to the grid.
 

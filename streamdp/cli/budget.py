@@ -25,8 +25,9 @@ A user as JSON (one entry per notion in use, i.e. with a non-zero budget or spen
 
 The *used fraction* of a notion is the largest spent/budget over its components with a non-zero budget; the
 *remaining fraction* is one minus it. ``grant`` and ``set-default`` replace the budget of ONE notion (``--rho``
-is ρ, or α for ``emd``; ``--delta`` is δ, below 1, and the current δ budget stays when it is omitted; ``inf`` means
-unlimited); they are administrative, refuse to run without ``--yes`` and write an audit entry to the ledger.
+is ρ, or α for ``emd``, below 9223372.036854775807 — INT64_MAX at the 10⁻¹² fixed point; ``--delta`` is δ, below 1,
+and the current δ budget stays when it is omitted; ``inf`` means unlimited); they are administrative, refuse to run
+without ``--yes`` and write an audit entry to the ledger.
 Errors (unreachable store, unknown user, bad URL) print one line on stderr and exit non-zero: 1 for a failed
 operation, 2 for a usage error.
 """
@@ -47,7 +48,8 @@ from typing import Iterable
 
 import numpy as np
 
-from streamdp.accounting.cost import INT64_MAX, NOTIONS, SCALES, budget_to_fixed, from_fixed
+from streamdp.accounting.cost import (INT64_MAX, LOSS_SCALE, NOTIONS, SCALES, budget_to_fixed, check_budget_range,
+                                      from_fixed, max_budget_text)
 from streamdp.accounting.report import DEFAULT_DELTA_PRIME, DEFAULT_GP_WITHIN_KM, as_dp, as_gp
 from streamdp.cli.arguments import positive_int
 from streamdp.cli.main import CLIError
@@ -506,6 +508,16 @@ def _positive_real(text: str) -> float:
     return v
 
 
+def _rho_budget(text: str) -> float:
+    """A ρ (or α) budget: a number ≥ 0 below the fixed-point range (INT64_MAX/10¹² ≈ 9.22e6), or inf (unlimited).
+    A finite value past the range would become the unlimited sentinel: refused."""
+    v = _nonneg_real(text)
+    try:
+        return check_budget_range(v, LOSS_SCALE)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e}; use inf for an unlimited budget") from None
+
+
 def _delta_budget(text: str) -> float:
     """A δ budget: in [0, 1), or inf (unlimited). A finite δ of 1 or more guarantees nothing."""
     v = _nonneg_real(text)
@@ -563,8 +575,8 @@ def register(subparsers) -> None:
         q = add(name, func, help_, writes=True)
         if name == "grant":
             q.add_argument("user", type=_user_id, help=f"user id, 1..{MAX_USER_LEN} characters (as in events)")
-        q.add_argument("--rho", type=_nonneg_real, required=True, metavar="R",
-                       help="ρ budget (α for emd); inf for unlimited")
+        q.add_argument("--rho", type=_rho_budget, required=True, metavar="R",
+                       help=f"ρ budget (α for emd), below {max_budget_text(LOSS_SCALE)}; inf for unlimited")
         q.add_argument("--delta", type=_delta_budget, metavar="D", help="δ budget < 1, or inf (default: unchanged)")
         q.add_argument("--notion", choices=NOTIONS, default="zcdp", help="accounting notion (default zcdp)")
         q.add_argument("--yes", action="store_true", help="confirm the change")

@@ -34,7 +34,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamdp.accounting.cost import COMPONENTS, Cost
+from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, SCALES, Cost, check_budget_range
 from streamdp.config.kinds import ConfigError, Param, build_query
 from streamdp.input.events import MAX_TS
 
@@ -55,9 +55,26 @@ SERVICE_PARAMS = (
           min=0),
 )
 
+@dataclass(frozen=True)
+class _BudgetParam(Param):
+    """A default budget: a finite number ≥ 0 that the fixed-point accounting holds. Past INT64_MAX/scale
+    (≈ 9.22e6 for ρ and α) ``budget_to_fixed`` would map it to the *unlimited* sentinel: refused instead."""
+
+    scale: int = LOSS_SCALE
+
+    def check(self, where: str, value: Any) -> Any:
+        value = super().check(where, value)
+        try:
+            return check_budget_range(value, self.scale, "budget")
+        except ValueError as e:
+            raise ConfigError(f"{where}.{self.name}: {e}; a [budget] is finite — an unlimited default budget is "
+                              "set with `streamdp budget set-default --rho inf`") from None
+
+
 # a δ budget of 1 or more guarantees nothing (and would silently meet the int64 fixed-point ceiling, ≈ 9.22)
-BUDGET_PARAMS = tuple(Param(c, "float", f"default budget: {c}", default=0.0, min=0,
-                            lt=1.0 if c.endswith("_delta") else None) for c in COMPONENTS)
+BUDGET_PARAMS = tuple(_BudgetParam(c, "float", f"default budget: {c}", default=0.0, min=0,
+                                   lt=1.0 if c.endswith("_delta") else None, scale=sc)
+                      for c, sc in zip(COMPONENTS, SCALES))
 
 KAFKA_PARAMS = (
     Param("bootstrap", "str", "Kafka bootstrap servers", default="localhost:9092"),
