@@ -265,6 +265,12 @@ def run_replay(args) -> int:
     if bool(args.file) == bool(args.nycflights13):
         raise CLIError("give either a JSONL FILE or --nycflights13")
     topic = args.topic or cfg.kafka["input_topic"]
+    if args.topic:  # the config's input_topic was checked with the config
+        from streamdp.config.kinds import topic_problem
+
+        problem = topic_problem(args.topic)
+        if problem is not None:
+            raise CLIError(f"--topic: {problem}")
     total = None
     if args.nycflights13:
         try:

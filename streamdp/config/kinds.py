@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -15,6 +16,36 @@ class ConfigError(ValueError):
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+#: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic.validate``): 1..249 characters from
+#: ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``. A query's output topic is ``<output_prefix><query id>``.
+MAX_TOPIC_LEN = 249
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
+
+
+def topic_chars_problem(text: str) -> str | None:
+    """Why ``text`` cannot be (part of) a Kafka topic name because of its characters, or None."""
+    if not isinstance(text, str):
+        return f"must be a string, got {shown(text)}"
+    if not _TOPIC_CHARS.fullmatch(text):
+        bad = next(c for c in text if not _TOPIC_CHARS.fullmatch(c))
+        return (f"may contain only ASCII letters, digits, '.', '_' and '-' (Kafka topic names), got {shown(text)} "
+                f"with {bad!r}")
+    return None
+
+
+def topic_problem(name: str) -> str | None:
+    """Why ``name`` is not a legal Kafka topic name, or None."""
+    p = topic_chars_problem(name)
+    if p is not None:
+        return p
+    if not name:
+        return "must not be empty"
+    if name in (".", ".."):
+        return f"{name!r} is not a legal Kafka topic name"
+    if len(name) > MAX_TOPIC_LEN:
+        return f"has {len(name)} characters; a Kafka topic name has at most {MAX_TOPIC_LEN}, got {shown(name)}"
+    return None
 
 
 def shown(value: Any) -> str:
@@ -161,8 +192,13 @@ def build_query(where: str, table: dict, *, horizon: int):
     if "id" not in table:
         raise ConfigError(f"{where}.id: is required")
     qid = table["id"]
+    # the id names the output topic <output_prefix><id>, the release keys id/epoch/window and the demo's files
     if not isinstance(qid, str) or not qid or "/" in qid:
-        raise ConfigError(f"{where}.id: must be a non-empty string without '/', got {qid!r}")
+        raise ConfigError(f"{where}.id: must be a non-empty string without '/', got {shown(qid)}")
+    if topic_chars_problem(qid) is not None or len(qid) > MAX_TOPIC_LEN:
+        raise ConfigError(f"{where}.id: must be a non-empty string without '/' of at most {MAX_TOPIC_LEN} ASCII "
+                          f"letters, digits, '.', '_' and '-' (it names the Kafka topic <output_prefix><id>), got "
+                          f"{shown(qid)}")
     kind = table.get("kind")
     if kind not in reg:
         raise ConfigError(f"{where}.kind: unknown query kind {kind!r}; known: {sorted(reg)}")

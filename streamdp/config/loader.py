@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, SCALES, Cost, check_budget_range
-from streamdp.config.kinds import ConfigError, Param, build_query
+from streamdp.config.kinds import ConfigError, Param, build_query, shown, topic_chars_problem, topic_problem
 from streamdp.input.events import MAX_TS
 
 SERVICE_PARAMS = (
@@ -189,22 +189,38 @@ def parse_config(raw: dict) -> ServiceConfig:
 
 
 def check_topics(kafka: dict, query_ids: list) -> None:
-    """Every topic the service reads or writes is named and distinct: a dead-letter topic equal to the input would
-    read its own dead letters back forever, an output topic equal to the input would consume releases as events.
-    Called again after command-line overrides (``streamdp run --input-topic``)."""
+    """Every topic the service reads or writes is a legal Kafka topic name (1..249 of ``[a-zA-Z0-9._-]``, not
+    ``.``/``..``: a broker refuses others when the worker creates or reads them), named and distinct: a dead-letter
+    topic equal to the input would read its own dead letters back forever, an output topic equal to the input would
+    consume releases as events. Kafka also refuses to create a topic that differs from an existing one only by '.'
+    versus '_' (both map to the same metric names), so such pairs count as equal. Called again after command-line
+    overrides (``streamdp run --input-topic``)."""
     from streamdp.adapters.kafka.topics import forward_topic, output_topic
 
     for key in ("bootstrap", "input_topic", "dead_letter_topic", "group_id"):
         if not kafka[key]:
             raise ConfigError(f"kafka.{key}: must not be empty")
+    for key in ("output_prefix", "internal_prefix"):  # empty is allowed: the topic is then the id / "parsed"
+        problem = topic_chars_problem(kafka.get(key, ""))
+        if problem is not None:
+            raise ConfigError(f"kafka.{key}: {problem}")
     named = [("kafka.input_topic", kafka["input_topic"]), ("kafka.dead_letter_topic", kafka["dead_letter_topic"]),
              ("kafka.internal_prefix", forward_topic(kafka))]
-    named += [(f"query[{i}].id (output topic)", output_topic(kafka, q)) for i, q in enumerate(query_ids)]
-    seen: dict[str, str] = {}
+    named += [(f"query[{i}].id (output topic)", output_topic(kafka, q))
+              for i, q in enumerate(query_ids)]
+    seen: dict[str, tuple[str, str]] = {}
     for where, topic in named:
-        if topic in seen:
-            raise ConfigError(f"{where}: topic {topic!r} is also {seen[topic]}'s; every topic must be distinct")
-        seen[topic] = where
+        problem = topic_problem(topic)
+        if problem is not None:
+            raise ConfigError(f"{where}: {problem}")
+        norm = topic.replace(".", "_")
+        if norm in seen:
+            other_where, other = seen[norm]
+            same = "" if other == topic else (f" (Kafka treats '.' and '_' in topic names as colliding: "
+                                              f"{other!r} and {topic!r})")
+            raise ConfigError(f"{where}: topic {topic!r} is also {other_where}'s{same}; every topic must be "
+                              "distinct")
+        seen[norm] = (where, topic)
 
 
 class ConfigFileError(ConfigError):
