@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 
 def register(sub) -> None:
@@ -49,15 +50,20 @@ def _check(args) -> int:
     from streamdp.config.loader import ConfigFileError, load_config
 
     try:
-        cfg = load_config(args.file)
+        cfg = load_config(args.file, log_warnings=False)  # printed below
     except ConfigFileError as e:  # its message starts with the path already
         raise CLIError(str(e), code=1) from None
     except ConfigError as e:
         raise CLIError(f"{args.file}: {e}", code=1) from None
     qs = cfg.build_queries()
     if args.json:
-        print(json.dumps({"ok": True, "queries": [q.describe() for q in qs]}, indent=1, default=float))
+        print(json.dumps({"ok": True, "queries": [q.describe() for q in qs], "warnings": cfg.warnings}, indent=1,
+                         default=float))
     else:
+        n = len(cfg.warnings)
         print(f"{args.file}: OK — {len(qs)} quer{'y' if len(qs) == 1 else 'ies'}: "
-              + ", ".join(f"{q.id} ({q.kind})" for q in qs))
+              + ", ".join(f"{q.id} ({q.kind})" for q in qs)
+              + (f" — {n} warning{'s' if n != 1 else ''} (stderr)" if n else ""))
+    for w in cfg.warnings:  # valid, so exit status 0; but users would be halted
+        print(f"streamdp: warning: {args.file}: {w}", file=sys.stderr)
     return 0

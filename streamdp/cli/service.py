@@ -82,10 +82,10 @@ def _load(args):
         raise CLIError(f"the Kafka service needs the 'kafka' extra ({', '.join(missing)} not installed): "
                        "pip install -e '.[kafka]'")
     try:
-        if getattr(args, "config", None):
-            cfg = load_config(args.config)
+        if getattr(args, "config", None):  # warnings are logged once the log is set up (_log_config_warnings)
+            cfg = load_config(args.config, log_warnings=False)
         else:
-            cfg = parse_config(json.loads(json.dumps(DEFAULT_NYC_CONFIG)))
+            cfg = parse_config(json.loads(json.dumps(DEFAULT_NYC_CONFIG)), log_warnings=False)
     except ConfigError as e:
         raise CLIError(f"invalid configuration: {e}") from None
     if getattr(args, "bootstrap", None):
@@ -136,6 +136,7 @@ def run_worker(args) -> int:
     if args.session_timeout_ms < 1000:
         raise CLIError("--session-timeout-ms must be ≥ 1000")
     setup_logging(args.log_format, args.log_level.upper())
+    _log_config_warnings(cfg)
     client_kw = _client_kw(cfg, "streamdp-worker")
     try:
         with _signals_stop():
@@ -164,6 +165,15 @@ def run_worker(args) -> int:
         return asyncio.run(worker.run())
     finally:
         store.close()
+
+
+def _log_config_warnings(cfg) -> None:
+    """The config's budget warnings (``config check`` prints the same): users the [budget] default would halt. A
+    Redis store that already holds a default budget keeps its own, so they are warnings, not errors."""
+    import logging
+
+    for w in cfg.warnings:
+        logging.getLogger("streamdp.config").warning("config warning: %s", w)
 
 
 class _Stopped(Exception):

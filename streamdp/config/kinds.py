@@ -155,10 +155,20 @@ class QueryKind:
     build: Callable[..., Any] = field(compare=False)
     needs: tuple[str, ...] = ()  # event fields the query reads
     validate: Callable[[str, dict], None] | None = field(default=None, compare=False)
+    # the most one window can charge one user, computed from the built query's parameters by the query's own cost
+    # code, with what it bounds; None where no per-window bound follows from the parameters alone (the config
+    # loader warns when it exceeds the default budget: such users are halted at their first window)
+    window_cost: Callable[[Any], tuple[Any, str]] | None = field(default=None, compare=False)
 
     def describe(self) -> dict:
         return {"kind": self.kind, "source": self.source, "notion": self.notion, "cost": self.cost,
                 "doc": self.doc, "needs": list(self.needs), "params": [p.describe() for p in self.params]}
+
+
+def public_window_cost(q) -> tuple[Any, str]:
+    """``window_cost`` of a query whose ``public_cost`` — the most a user can be charged for one release, shown in
+    the published record — depends on its parameters only (not on the released values)."""
+    return q.public_cost(None), q.public_cost_basis
 
 
 _REGISTRY: dict[str, QueryKind] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamdp.config.kinds import Param, QueryKind, register
+from streamdp.config.kinds import Param, QueryKind, public_window_cost, register
 
 
 def _check_continual_counts(where, a):
@@ -39,6 +39,7 @@ register(QueryKind(
     ),
     build=_continual_counts,
     validate=_check_continual_counts,
+    window_cost=public_window_cost,
 ))
 
 
@@ -74,6 +75,8 @@ register(QueryKind(
     ),
     build=_top_k,
     validate=_check_top_k,
+    window_cost=lambda q: (q.pwyg.reserve_cost(q.k), "per user present in a window: the "
+                           "reservation k(i)·ε²/8 and δ of 001 Alg. 4, admitted before the release"),
 ))
 
 
@@ -113,4 +116,5 @@ register(QueryKind(
     ),
     build=_window_histogram,
     validate=_check_window_histogram,
+    window_cost=public_window_cost,
 ))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streamdp.config.kinds import ConfigError, Param, QueryKind, register
+from streamdp.config.kinds import ConfigError, Param, QueryKind, public_window_cost, register
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ register(QueryKind(
     ),
     build=_build("EMDLinear"),
     validate=_validate("EMDLinear"),
+    window_cost=public_window_cost,
 ))
 
 register(QueryKind(
@@ -85,4 +86,5 @@ register(QueryKind(
     ),
     build=_build("EMDFrequency"),
     validate=_validate("EMDFrequency"),
+    window_cost=public_window_cost,
 ))

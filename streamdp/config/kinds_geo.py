@@ -6,7 +6,7 @@ geo.py``: ρ per configured unit² divided by c², c = the region's metres-per-u
 
 from __future__ import annotations
 
-from streamdp.config.kinds import ConfigError, Param, QueryKind, register
+from streamdp.config.kinds import ConfigError, Param, QueryKind, public_window_cost, register
 
 _CONVERSION = ("; converted from per unit^2 to the canonical per m^2 of great-circle distance as rho/c^2, "
                "c = R*min(sinc(dlat/2)/b, cos(max|lat|)*sinc(dlon/2)/a) metres per unit over the region "
@@ -80,6 +80,7 @@ register(QueryKind(
     ) + _FRAME,
     build=_build("GeoLocations"),
     validate=_validate(_lazy("GeoLocations")),
+    window_cost=public_window_cost,
 ))
 
 register(QueryKind(
@@ -105,6 +106,7 @@ register(QueryKind(
     ) + _FRAME,
     build=_build("GeoKNN"),
     validate=_validate(_lazy("GeoKNN")),
+    window_cost=public_window_cost,
 ))
 
 register(QueryKind(
@@ -130,4 +132,5 @@ register(QueryKind(
     ) + _FRAME,
     build=_build("GeoConvexHull"),
     validate=_validate(_lazy("GeoConvexHull")),
+    window_cost=public_window_cost,
 ))

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from streamdp.config.kinds import ConfigError, Param, QueryKind, register
+from streamdp.config.kinds import ConfigError, Param, QueryKind, public_window_cost, register
 
 ESTIMATORS = ("baseline", "array_averaging", "levy", "fixed_quantile", "optimized_quantile")
 
@@ -101,4 +101,5 @@ register(QueryKind(
     ),
     build=_grid_means,
     validate=_check,
+    window_cost=public_window_cost,
 ))

@@ -34,7 +34,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, SCALES, Cost, check_budget_range
+from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, SCALES, Cost, budget_vector, check_budget_range
 from streamdp.config.kinds import ConfigError, Param, build_query, shown, topic_chars_problem, topic_problem
 from streamdp.input.events import MAX_TS
 
@@ -122,6 +122,8 @@ class ServiceConfig:
     query_tables: list[dict]
     store: str | None = None
     raw: dict = field(default_factory=dict)
+    #: budget warnings (:func:`budget_warnings`): the config is valid, but users would be halted
+    warnings: list[str] = field(default_factory=list)
 
     def engine_config(self):
         from streamdp.engine.engine import EngineConfig
@@ -155,7 +157,10 @@ def _section(raw: dict, name: str, params: tuple[Param, ...]) -> dict:
     return out
 
 
-def parse_config(raw: dict) -> ServiceConfig:
+def parse_config(raw: dict, *, log_warnings: bool = True) -> ServiceConfig:
+    """Validate a parsed TOML document. ``cfg.warnings`` lists what is valid but halts users (see
+    :func:`budget_warnings`); they are logged on ``streamdp.config`` unless ``log_warnings`` is False (for callers
+    that print or log them themselves)."""
     known = {"service", "budget", "kafka", "query", "store"}
     extra = sorted(set(raw) - known)
     if extra:
@@ -177,7 +182,7 @@ def parse_config(raw: dict) -> ServiceConfig:
         raise ConfigError("store: must be a URL string")
     cfg = ServiceConfig(service=service, budget=Cost(**budget), kafka=kafka, query_tables=queries, store=store,
                         raw=raw)
-    cfg.build_queries()  # validates every query table (and constructs them once)
+    queries_built = cfg.build_queries()  # validates every query table (and constructs them once)
     check_topics(kafka, ids)
     from streamdp.adapters.kafka.broker_config import check_security
 
@@ -185,7 +190,53 @@ def parse_config(raw: dict) -> ServiceConfig:
         check_security(kafka)  # `streamdp run` would refuse these at start; `config check` says so now
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    cfg.warnings = budget_warnings(cfg.budget, queries_built)
+    if log_warnings:
+        import logging
+
+        for w in cfg.warnings:
+            logging.getLogger("streamdp.config").warning("config warning: %s", w)
     return cfg
+
+
+def _component_text(values: dict) -> str:
+    return ", ".join(f"{c} {v:.6g}" for c, v in values.items())
+
+
+def budget_warnings(budget: Cost, queries: list) -> list[str]:
+    """What a valid config does that halts users for good (HALT is permanent, DESIGN §3), with ``budget`` as the
+    default budget: a query charged in a notion whose default ρ (α for emd) budget is 0 halts every user at their
+    first event; a query whose per-window worst-case cost — where its kind computes one from the parameters
+    (``QueryKind.window_cost``: the query's own cost code) — exceeds the default budget in some component halts
+    every user who reaches that worst case in their first window. Compared in fixed point, rounded as admission
+    rounds (costs up, budgets down)."""
+    from streamdp.config.kinds import kinds
+
+    reg = kinds()
+    bvec = budget_vector(budget)
+    out = []
+    for i, q in enumerate(queries):
+        kind = (q.config_params or {}).get("kind", q.kind)
+        k = reg.get(kind)
+        notion = k.notion if k is not None else q.notion
+        main = f"{notion}_alpha" if notion == "emd" else f"{notion}_rho"
+        where = f"query[{i}] {q.id!r} ({kind}, notion {notion})"
+        if bvec[COMPONENTS.index(main)] == 0:
+            out.append(f"{where}: the default budget [budget] {main} is 0, so every user would be halted (for good) "
+                       f"at their first event of this query; set [budget] {main} (or the store's default: "
+                       "`streamdp budget set-default`)")
+            continue
+        if k is None or k.window_cost is None:
+            continue
+        cost, basis = k.window_cost(q)
+        cvec = cost.to_fixed()
+        over = [j for j, c in enumerate(COMPONENTS) if c.split("_")[0] == notion and cvec[j] > bvec[j]]
+        if over:
+            names = [COMPONENTS[j] for j in over]
+            out.append(f"{where}: one window can cost a user {_component_text({c: cost.as_dict()[c] for c in names})} "
+                       f"({basis}), more than the default budget {_component_text({c: budget.as_dict()[c] for c in names})}"
+                       "; users who reach it are halted (for good) in their first window")
+    return out
 
 
 def check_topics(kafka: dict, query_ids: list) -> None:
@@ -228,7 +279,7 @@ class ConfigFileError(ConfigError):
     the file themselves do not repeat it)."""
 
 
-def load_config(path: str) -> ServiceConfig:
+def load_config(path: str, *, log_warnings: bool = True) -> ServiceConfig:
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
@@ -245,7 +296,7 @@ def load_config(path: str) -> ServiceConfig:
         raise ConfigFileError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
     except OSError as e:  # permission denied, an unreadable device, …
         raise ConfigFileError(f"{path}: cannot read the config file: {e.strerror or e}") from None
-    return parse_config(raw)
+    return parse_config(raw, log_warnings=log_warnings)
 
 
 def is_finite(x: Any) -> bool:
