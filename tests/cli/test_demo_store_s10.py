@@ -140,3 +140,16 @@ def test_demo_bad_paths_and_seed_are_one_line_errors(tmp_path, capsys):
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err, (argv, err)
     assert not_a_dir.read_text() == "x" and empty_json.read_text() == "{}"  # nothing overwritten
+
+
+def test_demo_prints_the_configuration_budget_warnings_once(tmp_path, capsys):
+    """A configuration without [budget] halts every user at their first event: the demo says so, once, as a
+    warning of its own (not through Python's fallback log handler)."""
+    cfg = tmp_path / "nobudget.toml"
+    cfg.write_text('[service]\nwindow_seconds = 86400.0\norigin = 1356998400.0\n\n'
+                   '[[query]]\nid = "c"\nkind = "continual_counts"\nsigma = 3.0\n')
+    assert main(["demo", "--config", str(cfg), "--limit", "2000", "--out", str(tmp_path / "o"), "--quiet",
+                 "--no-plot"]) == 0
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if "zcdp_rho is 0" in x]
+    assert len(lines) == 1 and lines[0].startswith("warning: query[0] 'c' (continual_counts")
