@@ -168,7 +168,9 @@ def _open_store(args, *, write: bool = False) -> BudgetStore:
         raise CLIError(f"budget store file {url!r} does not exist", code=1)
     try:
         return MemoryBudgetStore.load(url)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except ValueError as e:  # load names the file and the problem
+        raise CLIError(str(e), code=1) from None
+    except (OSError, KeyError, TypeError) as e:
         raise CLIError(f"cannot read budget store file {url!r}: {e}", code=1) from None
 
 

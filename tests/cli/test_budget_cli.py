@@ -273,7 +273,11 @@ def test_corrupt_file_store(capsys, tmp_path):
     path = tmp_path / "bad.json"
     path.write_text("{not json")
     rc, _, err = run(capsys, "stats", "--store", str(path))
-    assert rc == 1 and "cannot read budget store file" in err and err.count("\n") == 1
+    assert rc == 1 and f"{path} is not a streamdp budget store file (not JSON" in err and err.count("\n") == 1
+    assert err.count(str(path)) == 1  # the path once
+    path.write_text("{}")  # JSON, but not a store
+    rc, _, err = run(capsys, "stats", "--store", str(path))
+    assert rc == 1 and f"{path} is not a streamdp budget store file (KeyError" in err and err.count("\n") == 1
 
 
 def test_unreachable_and_bad_urls(capsys):
