@@ -31,17 +31,40 @@ def absurd_times(ts: np.ndarray, position: float, max_future: float | None, allo
                  derive_origin: bool) -> tuple[np.ndarray, np.ndarray]:
     """(too far in the future, too far in the past) masks of a batch against the stream's ``position``.
 
-    Future: more than ``max_future`` seconds after the position. Past, only while the origin is still to be derived
-    from this batch: more than ``allowed_lateness + max_future`` before it. Without them, one absurd time in a first
-    batch would set the watermark (every window up to it due at once, every later event late) or the origin (every
-    window from it due). ``max_future = None`` disables both."""
+    Future: more than ``max_future`` seconds after the newest time accepted so far — the position, or an earlier
+    event of the same batch (in batch order) that was itself accepted. A batch's own in-order progress therefore
+    counts: a backfill whose one fetch spans months, or a partition whose backlog arrives in one fetch, is accepted
+    event by event, while one absurd time is still refused (it is not within ``max_future`` of anything accepted
+    before it, and a refused time does not become the reference). Past, only while the origin is still to be
+    derived from this batch: more than ``allowed_lateness + max_future`` before the position. Without them, one
+    absurd time in a first batch would set the watermark (every window up to it due at once, every later event
+    late) or the origin (every window from it due). ``max_future = None`` disables both."""
     ts = np.asarray(ts, dtype=np.float64)
     if max_future is None:
         none = np.zeros(ts.size, dtype=bool)
         return none, none
     future = ts > position + max_future
+    if future.any():
+        future = _chained(ts, future, position, max_future)
     past = ts < position - allowed_lateness - max_future if derive_origin else np.zeros(ts.size, dtype=bool)
     return future, past
+
+
+def _chained(ts: np.ndarray, future: np.ndarray, position: float, max_future: float) -> np.ndarray:
+    """``future`` refined in batch order: an event counts as too far ahead only if it is more than ``max_future``
+    after the newest time accepted before it (the position, or an accepted earlier event of the batch). Runs only
+    for a batch with a flagged event; the events before the first flagged one are accepted as they were."""
+    first = int(np.argmax(future))
+    ref = max(position, float(ts[:first].max())) if first else position
+    out = future.copy()
+    for i, x in enumerate(ts[first:].tolist(), first):  # sequential: each decision moves the reference
+        if x > ref + max_future:
+            out[i] = True
+        else:
+            out[i] = False
+            if x > ref:
+                ref = x
+    return out
 
 
 @dataclass

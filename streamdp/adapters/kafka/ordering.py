@@ -14,10 +14,11 @@ yet holds it back, like a silent one, until ``idle_timeout``); the engine is the
 its watermark is advanced to the window's end and :meth:`ReleaseEngine.close_due` closes exactly that window.
 
 Rejections happen on arrival with the engine's own rules and reason codes: ``late`` (the window is closed),
-``before_origin`` and ``too_far_in_future`` (more than ``max_future_seconds`` after the stream's position: the
-watermark, else the partition's newest event time, else the batch's upper median — see
-:func:`~streamdp.windows.tumbling.stream_position`; while the origin is still to be derived, times as far before
-it are ``before_origin``); they are counted in the engine's counters. Determinism holds when the origin is
+``before_origin`` and ``too_far_in_future`` (more than ``max_future_seconds`` after the newest time accepted
+before it: the partition's own newest event time, else the watermark, else the batch's upper median — see
+:func:`~streamdp.windows.tumbling.stream_position` — or an earlier accepted event of the same batch, see
+:func:`~streamdp.windows.tumbling.absurd_times`; while the origin is still to be derived, times as far before it
+are ``before_origin``); they are counted in the engine's counters. Determinism holds when the origin is
 configured, each partition's disorder stays within ``allowed_lateness`` (then no event is late, whatever the
 timing) and no idle timeout fires.
 """
@@ -220,10 +221,12 @@ class CanonicalStage:
         if n == 0:
             return []
         W, c = self.engine.windows, self.engine.config
-        # where the stream is: the watermark over partitions, else this partition's own newest time, else the batch
+        # where the stream is: this partition's own newest accepted time (never behind the watermark over the
+        # partitions), else the watermark, else the batch's upper median; absurd_times then credits the batch's own
+        # in-order progress
         wm = self.wm.watermark(now)
         own = self.wm.max_ts.get(int(partition), -math.inf)
-        pos = stream_position(batch.ts, wm if math.isfinite(wm) else own - c.allowed_lateness, c.allowed_lateness)
+        pos = stream_position(batch.ts, max(wm, own - c.allowed_lateness), c.allowed_lateness)
         future, past = absurd_times(batch.ts, pos, c.max_future_seconds, c.allowed_lateness, W.origin is None)
         if W.origin is None:  # from the batch's sane times (its median always is one)
             W.ensure_origin(float(batch.ts[~(future | past)].min()))
