@@ -41,7 +41,7 @@ from streamdp.engine.replay_digest import GENESIS, generator_fingerprint, window
 from streamdp.filter.store import BudgetStore, StoreError
 from streamdp.input.events import EventBatch
 from streamdp.noise.generator import make_generator
-from streamdp.outputs.records import ReleaseRecord
+from streamdp.outputs.records import ReleaseRecord, release_key
 from streamdp.windows.tumbling import TumblingWindows, absurd_times, stream_position
 
 log = logging.getLogger("streamdp.engine")
@@ -285,6 +285,12 @@ class ReleaseEngine:
         t0 = time.perf_counter()
         generator_state = generator_fingerprint(self.rng)  # before anything of this close draws
         w = self._window_data(seq)
+        # a store that can tell (the worker's DeferredReleaseLog: there the release log and the checkpoint are
+        # written together, so a restored engine never closes a logged window again) refuses a window whose release
+        # is already logged — another deployment with these query ids — before anything is drawn or charged
+        refuse_logged = getattr(self.store, "refuse_logged", None)
+        if refuse_logged is not None:
+            refuse_logged([release_key(q.id, w.epoch, w.t) for q in self.queries])
         if w.epoch != self.epoch:
             for q in self.queries:
                 q.new_epoch()

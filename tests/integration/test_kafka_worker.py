@@ -206,3 +206,29 @@ def test_a_checkpoint_is_not_restored_under_other_release_parameters(tansu, redi
     assert run_to_completion(cfg, redis_url, tmp_path / "w3.log", extra=["--standalone"]) == 0
     assert len(releases_on_topics(tansu.bootstrap, raw, len(released) + 1)) > len(released)
     store.close()
+
+
+def test_a_second_deployment_with_the_same_query_ids_is_refused_before_charging(tansu, redis_url, topic_prefix,
+                                                                                 tmp_path, nyc_events):
+    """Deployment B (another consumer group) keeps deployment A's query ids on the same store: its first window's
+    release is already logged under A's key. Before the fix B admitted (charged) that window's users, then died
+    with a ReleaseConflict traceback, and every restart charged them again, with nothing published (service review
+    finding 2). Now B exits 7 before the admit: nobody charged, nothing published, however often it restarts."""
+    raw = service_config(topic_prefix, tansu.bootstrap, partitions=2)
+    cfg = write_config(tmp_path / "a.toml", raw)
+    produce(tansu.bootstrap, raw["kafka"]["input_topic"], nyc_events[:3000], 2)
+    assert run_to_completion(cfg, redis_url, tmp_path / "a.log", extra=["--standalone"]) == 0, \
+        (tmp_path / "a.log").read_text()[-2000:]
+    store = RedisBudgetStore.from_url(redis_url)
+    spent = spent_by_user(store)
+    released = releases_on_topics(tansu.bootstrap, raw, 1)
+    other = copy.deepcopy(raw)
+    other["kafka"]["group_id"] = raw["kafka"]["group_id"] + "-b"
+    cfg_b = write_config(tmp_path / "b.toml", other)
+    for i in range(2):
+        assert run_to_completion(cfg_b, redis_url, tmp_path / f"b{i}.log", extra=["--standalone"]) == 7
+        text = (tmp_path / f"b{i}.log").read_text()
+        assert "the release log already holds a release for" in text and "Traceback" not in text
+        assert spent_by_user(store) == spent  # nobody charged, run after run
+    assert releases_on_topics(tansu.bootstrap, raw, len(released)) == released  # nothing published
+    store.close()

@@ -48,6 +48,7 @@ import numpy as np
 
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import join_logs, split_logs
+from streamdp.engine.engine import ReleaseConflict
 from streamdp.filter.memory import ledger_entry_json
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 
@@ -378,6 +379,18 @@ class DeferredReleaseLog(BudgetStore):
 
     def iter_users(self) -> Iterator[UserBudget]:
         return self.inner.iter_users()
+
+    def refuse_logged(self, keys: Sequence[str]) -> None:
+        """ReleaseConflict if the store's release log already holds one of ``keys`` (a window about to close).
+
+        Here the release log is written only with the checkpoint of the state that produced it, so the restored
+        engine has closed every window whose release is logged and never closes one again: a logged key means
+        another deployment with the same query ids released this window. Refusing before the admit keeps that
+        mistake from charging users for releases that are never published (and a supervisor's restarts from
+        charging them again each time)."""
+        for k in keys:
+            if k not in self.releases and self.inner.get_release(k) is not None:
+                raise ReleaseConflict(k)
 
     # deferred
     def put_release(self, key: str, record: bytes) -> bytes:

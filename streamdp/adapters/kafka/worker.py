@@ -67,13 +67,15 @@ from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPE
                                            ensure_topics, forward_topic, output_topic, start_retrying, stop_clients,
                                            stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
-from streamdp.engine.engine import ReleaseEngine, WindowSummary
+from streamdp.engine.engine import ReleaseConflict, ReleaseEngine, WindowSummary
 from streamdp.engine.release_parameters import ParametersChanged, canonical, check_unchanged, release_parameters
 from streamdp.filter.store import StoreError
 from streamdp.input.events import FAST_MIN_BATCH, MAX_PAYLOAD_BYTES, DeadLetter, EventBatch, parse_batch
 from streamdp.noise.generator import secure_generator
 
 log = logging.getLogger("streamdp.kafka")
+
+EXIT_RELEASE_CONFLICT = 7  # `streamdp run` exit code: another deployment's releases hold this deployment's keys
 
 DEAD_LETTER_VERSION = 1
 MAX_DEAD_PAYLOAD = MAX_PAYLOAD_BYTES  # dead letters carry at most this many bytes of the payload
@@ -509,7 +511,19 @@ class KafkaWorker:
             self.engine = self.stage = None
             self.exit_code = 3
             self.stopping.set()
+        except ReleaseConflict as e:  # no retry can help: another deployment released these windows
+            self._refuse_conflict(e)
         return False
+
+    def _refuse_conflict(self, e: ReleaseConflict) -> None:
+        log.error(f"the release log already holds a release for {e.key}, written by another deployment with the "
+                  "same query ids on this store (this deployment's checkpoint never closed that window). Nothing "
+                  "was charged or published for it. Give this deployment its own query ids (each deployment on a "
+                  "shared store needs distinct ones), or restore the checkpoint that goes with those releases",
+                  extra={"worker": self.worker_id, "group": self.group, "topic": self.source_topic, "key": e.key})
+        self.engine = self.stage = None
+        self.exit_code = EXIT_RELEASE_CONFLICT
+        self.stopping.set()
 
     # ---- ownership -----------------------------------------------------------------------------------------
     async def on_assigned(self, assigned) -> None:
