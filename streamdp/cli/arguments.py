@@ -16,6 +16,23 @@ def positive_int(text: str) -> int:
     return v
 
 
+def port_number(text: str) -> int:
+    """A TCP port for ``--metrics-port``: an integer within the bounds of the config key it overrides
+    (``kafka.metrics_port``, 0 = off): -1 and 70000 reached the socket layer (a ``gaierror`` / ``OverflowError``
+    traceback)."""
+    from streamdp.config.loader import KAFKA_PARAMS
+
+    param = next(p for p in KAFKA_PARAMS if p.name == "metrics_port")
+    lo, hi = int(param.min), int(param.max)
+    try:
+        v = int(text)
+    except ValueError:
+        v = lo - 1
+    if not lo <= v <= hi:
+        raise argparse.ArgumentTypeError(f"expected a port number {lo}–{hi} (0 = off), got {text!r}")
+    return v
+
+
 def nonneg_seconds(text: str) -> float:
     """A duration in seconds: a finite number ≥ 0 (``nan`` and ``inf`` are not durations: a wait of ``nan``
     seconds compared false with every elapsed time and retried forever)."""

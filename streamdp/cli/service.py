@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from streamdp.cli.arguments import LOG_LEVELS, log_level, nonneg_seconds, positive_int, positive_seconds
+from streamdp.cli.arguments import LOG_LEVELS, log_level, nonneg_seconds, port_number, positive_int, positive_seconds
 
 
 def register(sub) -> None:
@@ -29,7 +29,9 @@ def register(sub) -> None:
     p.add_argument("--store", help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE)")
     p.add_argument("--input-topic", help="input topic (overrides kafka.input_topic)")
     p.add_argument("--group", help="consumer group (overrides kafka.group_id)")
-    p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (overrides kafka.metrics_port; 0 = off)")
+    p.add_argument("--metrics-port", type=port_number,
+                   help="Prometheus /metrics port 0–65535 (overrides kafka.metrics_port; 0 = off); a port in use "
+                        "stops the worker at start (exit 2)")
     p.add_argument("--checkpoint-seconds", type=positive_seconds, default=None,
                    help="checkpoint at least this often while consuming (default: kafka.checkpoint_seconds, 5)")
     p.add_argument("--checkpoint-batches", type=int, default=None,
@@ -107,7 +109,6 @@ def run_worker(args) -> int:
     from streamdp.accounting.cost import budget_vector
     from streamdp.adapters.kafka.logs import setup_logging
     from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
-    from streamdp.adapters.metrics import WorkerMetrics
     from streamdp.cli.main import CLIError
 
     cfg = _load(args)
@@ -138,6 +139,7 @@ def run_worker(args) -> int:
     setup_logging(args.log_format, args.log_level.upper())
     _log_config_warnings(cfg)
     client_kw = _client_kw(cfg, "streamdp-worker")
+    metrics = _serve_metrics(args, cfg)  # before the store: a busy port refuses the start without touching it
     try:
         with _signals_stop():
             store = open_store_retrying(url, budget_vector(cfg.budget), args.store_wait)
@@ -149,10 +151,6 @@ def run_worker(args) -> int:
         logging.getLogger("streamdp.worker").error(
             "stopping while the budget store is unreachable at start; nothing was consumed or published")
         return EXIT_STOPPED_IN_OUTAGE
-    metrics = WorkerMetrics()
-    port = args.metrics_port if args.metrics_port is not None else cfg.kafka["metrics_port"]
-    if port:
-        metrics.serve(port)
     opts = WorkerOptions.from_config(cfg.kafka, checkpoint_seconds=args.checkpoint_seconds,
                                      checkpoint_batches=args.checkpoint_batches, drain_idle=args.drain_idle,
                                      session_timeout_ms=args.session_timeout_ms, use_group=not args.standalone,
@@ -165,6 +163,33 @@ def run_worker(args) -> int:
         return asyncio.run(worker.run())
     finally:
         store.close()
+
+
+def _serve_metrics(args, cfg):
+    """The worker's metrics, served on ``--metrics-port`` (else ``kafka.metrics_port``; 0 = off). A port that cannot
+    be bound (in use — a second worker on this host with the deployment's ``metrics_port`` —, or privileged) stops
+    the start with one line naming the port and where it came from (exit 2): a worker running without the metrics
+    its alerts watch would look healthy to nobody."""
+    import errno
+
+    from streamdp.adapters.metrics import WorkerMetrics
+    from streamdp.cli.main import CLIError
+
+    metrics = WorkerMetrics()
+    from_flag = args.metrics_port is not None
+    port = args.metrics_port if from_flag else cfg.kafka["metrics_port"]
+    if port:
+        try:
+            metrics.serve(port)
+        except (OSError, OverflowError) as e:
+            where = "--metrics-port" if from_flag else "kafka.metrics_port"
+            if isinstance(e, OSError) and e.errno == errno.EADDRINUSE:
+                raise CLIError(f"metrics port {port} ({where}) is in use by another process (a second worker on "
+                               "this host?): give this worker another port with --metrics-port PORT (0 = off)"
+                               ) from None
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise CLIError(f"cannot serve metrics on port {port} ({where}): {why}") from None
+    return metrics
 
 
 def _log_config_warnings(cfg) -> None:
@@ -241,7 +266,6 @@ def run_ingest(args, cfg) -> int:
     from streamdp.adapters.kafka.ingest import IngestWorker
     from streamdp.adapters.kafka.logs import setup_logging
     from streamdp.adapters.kafka.worker import WorkerOptions
-    from streamdp.adapters.metrics import WorkerMetrics
     from streamdp.cli.main import CLIError
 
     if args.input_topic:
@@ -255,10 +279,7 @@ def run_ingest(args, cfg) -> int:
     if stm < 1000:
         raise CLIError("--session-timeout-ms must be ≥ 1000")
     setup_logging(args.log_format, args.log_level.upper())
-    metrics = WorkerMetrics()
-    port = args.metrics_port if args.metrics_port is not None else cfg.kafka["metrics_port"]
-    if port:
-        metrics.serve(port)
+    metrics = _serve_metrics(args, cfg)
     opts = WorkerOptions.from_config(cfg.kafka, drain_idle=args.drain_idle, session_timeout_ms=stm,
                                      heartbeat_interval_ms=max(100, stm // 6), role="ingest")
     return asyncio.run(IngestWorker(_client_kw(cfg, "streamdp-ingest"), opts, metrics=metrics).run())

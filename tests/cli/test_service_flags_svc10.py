@@ -1,0 +1,124 @@
+"""Service review s10/svc, findings 6 and 7: ``streamdp run`` / ``replay`` flags and start errors that gave a Python
+traceback (exit 1) or were silently ignored now give one line and a usage exit status (2), before the worker or the
+producer starts. Checked without a broker: the worker, the store and the producer are replaced by recorders."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from streamdp.cli.main import main
+
+CONFIG = """store = "redis://cfg-host:6379/3"
+[service]
+window_seconds = 60.0
+[kafka]
+bootstrap = "cfg-broker:9092"
+input_topic = "cfg.events"
+group_id = "cfg-group"
+partitions = 6
+metrics_port = {port}
+[[query]]
+id = "c"
+kind = "continual_counts"
+sigma = 1.0
+"""
+
+
+@pytest.fixture
+def recorders(tmp_path, monkeypatch):
+    """``run`` with a recording store opener and worker (the metrics endpoint is real unless a test replaces it)."""
+    import streamdp.adapters.kafka.ingest as ingest
+    import streamdp.adapters.kafka.logs as logs
+    import streamdp.adapters.kafka.worker as worker
+    import streamdp.cli.service as service
+
+    seen: dict = {"opened": 0, "started": 0}
+
+    class FakeStore:
+        def close(self):
+            pass
+
+    def fake_open(url, budget, wait):
+        seen["opened"] += 1
+        return FakeStore()
+
+    class FakeWorker:
+        def __init__(self, *a, **k):
+            seen["started"] += 1
+
+        async def run(self):
+            return 0
+
+    monkeypatch.setattr(service, "open_store_retrying", fake_open)
+    monkeypatch.setattr(worker, "KafkaWorker", FakeWorker)
+    monkeypatch.setattr(ingest, "IngestWorker", FakeWorker)
+    monkeypatch.setattr(logs, "setup_logging", lambda *a, **k: None)
+    monkeypatch.delenv("STREAMDP_STORE", raising=False)
+
+    def config(port: int = 0) -> str:
+        path = tmp_path / f"c{port}.toml"
+        path.write_text(CONFIG.format(port=port))
+        return str(path)
+
+    return config, seen
+
+
+@pytest.fixture
+def busy_port():
+    """A TCP port some other process listens on (as a second worker's metrics endpoint would)."""
+    s = socket.socket()
+    s.bind(("0.0.0.0", 0))
+    s.listen()
+    try:
+        yield s.getsockname()[1]
+    finally:
+        s.close()
+
+
+# ---- finding 6: --metrics-port ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["-1", "70000", "65536", "abc", "", "1.5"])
+@pytest.mark.parametrize("role", ["all", "ingest"])
+def test_run_refuses_a_metrics_port_out_of_range(value, role, recorders, capsys):
+    config, seen = recorders
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--role", role, "--config", config(), "--metrics-port", value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --metrics-port: expected a port number 0–65535" in err and repr(value) in err
+    assert "Traceback" not in err and seen == {"opened": 0, "started": 0}
+
+
+@pytest.mark.parametrize("value,port", [("0", 0), ("65535", 65535), ("9108", 9108)])
+def test_run_takes_a_metrics_port_in_range(value, port, recorders, monkeypatch):
+    from streamdp.adapters.metrics import WorkerMetrics
+
+    config, seen = recorders
+    served = []
+    monkeypatch.setattr(WorkerMetrics, "serve", lambda self, p, addr="0.0.0.0": served.append(p))
+    assert main(["run", "--config", config(), "--metrics-port", value]) == 0
+    assert served == ([port] if port else []) and seen["started"] == 1
+
+
+@pytest.mark.parametrize("role", ["all", "ingest"])
+def test_a_busy_metrics_port_from_the_flag_is_one_line_and_exit_2(role, recorders, busy_port, capsys):
+    config, seen = recorders
+    assert main(["run", "--role", role, "--config", config(), "--metrics-port", str(busy_port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("streamdp: error: ")
+    assert f"port {busy_port}" in err and "--metrics-port" in err and "in use" in err
+    # refused before the store is opened and before the worker starts
+    assert seen == {"opened": 0, "started": 0}
+
+
+@pytest.mark.parametrize("role", ["all", "ingest"])
+def test_a_busy_metrics_port_from_the_config_names_the_config_key(role, recorders, busy_port, capsys):
+    """The second worker of a group on one host with the deployment's `metrics_port` (deploy/streamdp.toml)."""
+    config, seen = recorders
+    assert main(["run", "--role", role, "--config", config(busy_port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"port {busy_port}" in err and "kafka.metrics_port" in err
+    assert "--metrics-port" in err  # how to give this worker another port
+    assert seen == {"opened": 0, "started": 0}
