@@ -96,7 +96,10 @@ def test_the_engine_through_the_deferred_log_refuses_fresh_noise_for_a_logged_wi
     """A worker's engine (seed 3) closing window 1 while the release log already holds a DIFFERENT record for
     n/0/1 (the release of the same window with other noise, seed 4) raises ReleaseConflict instead of publishing.
     Positive control: when the log holds exactly the bytes this engine computes, the window closes, the record is
-    returned, and nothing is queued again for n/0/1."""
+    returned, and nothing is queued again for n/0/1 — for an engine on the store itself (the embedded path). The
+    worker's DeferredReleaseLog refuses a logged key even then, before the admit (refuse_logged): its release log is
+    written only with the checkpoint of the state that produced it, so a window about to close whose key is logged
+    was released by another deployment (service review of 2026-11-23)."""
     ref = ListSink()
     EmbeddedPipeline(make_engine(budget_store(), seed=4), [ref]).feed(SIX_WINDOWS[:2])
     own = ListSink()
@@ -111,11 +114,16 @@ def test_the_engine_through_the_deferred_log_refuses_fresh_noise_for_a_logged_wi
 
     inner = budget_store()
     inner.put_release("n/0/1", mine)
-    d = DeferredReleaseLog(inner)
     sink = ListSink()
-    EmbeddedPipeline(make_engine(d, seed=3), [sink]).feed(SIX_WINDOWS[:2])
+    EmbeddedPipeline(make_engine(inner, seed=3), [sink]).feed(SIX_WINDOWS[:2])
     assert [r.to_bytes() for r in sink.records] == [mine]
-    assert d.take()[0] == {}
+
+    inner = budget_store()
+    inner.put_release("n/0/1", mine)
+    d = DeferredReleaseLog(inner)
+    with pytest.raises(ReleaseConflict):
+        EmbeddedPipeline(make_engine(d, seed=3), [ListSink()]).feed(SIX_WINDOWS[:2])
+    assert d.take()[0] == {} and list(inner.iter_users()) == []  # refused before the admit: nobody charged
 
 
 # ------------------------------------------------------------------------------------------ keys and bytes
