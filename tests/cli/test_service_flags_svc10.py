@@ -122,3 +122,68 @@ def test_a_busy_metrics_port_from_the_config_names_the_config_key(role, recorder
     assert err.count("\n") == 1 and f"port {busy_port}" in err and "kafka.metrics_port" in err
     assert "--metrics-port" in err  # how to give this worker another port
     assert seen == {"opened": 0, "started": 0}
+
+
+# ---- finding 7a: replay --partitions ------------------------------------------------------------------------------
+
+@pytest.fixture
+def fake_replay(monkeypatch):
+    import streamdp.adapters.kafka.replay as replay_mod
+
+    calls = []
+
+    async def fake(events, topic, client_kw, *, partitions=4, **kw):
+        evs = list(events)
+        calls.append({"topic": topic, "partitions": partitions, "events": evs})
+        return len(evs)
+
+    monkeypatch.setattr(replay_mod, "replay", fake)
+    return calls
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "abc", "", "1.5"])
+def test_replay_refuses_a_partition_count_that_is_not_positive(value, fake_replay, tmp_path, capsys):
+    """0 silently meant the config's default; -2 reached the broker (a 0-partition topic, ZeroDivisionError)."""
+    data = tmp_path / "e.jsonl"
+    data.write_text('{"user": "u", "ts": 1}\n')
+    with pytest.raises(SystemExit) as e:
+        main(["replay", str(data), "--quiet", "--partitions", value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --partitions: expected a positive integer" in err and repr(value) in err
+    assert fake_replay == []
+
+
+def test_replay_takes_a_positive_partition_count(fake_replay, tmp_path):
+    data = tmp_path / "e.jsonl"
+    data.write_text('{"user": "u", "ts": 1}\n')
+    assert main(["replay", str(data), "--quiet", "--partitions", "1"]) == 0
+    assert fake_replay[-1]["partitions"] == 1
+
+
+# ---- finding 7c: empty values ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--group", "--input-topic", "--store", "--bootstrap", "--config"])
+@pytest.mark.parametrize("value", ["", "  "])
+@pytest.mark.parametrize("role", ["all", "ingest"])
+def test_run_refuses_an_empty_value_instead_of_using_the_configuration(flag, value, role, recorders, capsys):
+    """``--group ''`` / ``--input-topic ''`` were ignored (``if args.group:``): the config's values were used."""
+    config, seen = recorders
+    argv = ["run", "--role", role, flag, value] + ([] if flag == "--config" else ["--config", config()])
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: expected a non-empty value" in err
+    assert seen == {"opened": 0, "started": 0}
+
+
+@pytest.mark.parametrize("flag", ["--topic", "--bootstrap", "--config"])
+def test_replay_refuses_an_empty_value_instead_of_using_the_configuration(flag, fake_replay, tmp_path, capsys):
+    data = tmp_path / "e.jsonl"
+    data.write_text('{"user": "u", "ts": 1}\n')
+    with pytest.raises(SystemExit) as e:
+        main(["replay", str(data), "--quiet", flag, ""])
+    assert e.value.code == 2
+    assert f"argument {flag}: expected a non-empty value" in capsys.readouterr().err
+    assert fake_replay == []
