@@ -106,6 +106,27 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a[first], inv.ravel()
 
 
+def redact_url(url: str) -> str:
+    """``url`` with its credentials replaced by ``***``: the userinfo before ``@`` and the values of ``password``
+    and ``username`` query parameters (redis-py accepts both forms)."""
+    import re
+
+    u = url or ""
+    if "://" in u:
+        scheme, rest = u.split("://", 1)
+        host, slash, path = rest.partition("/")
+        if "@" in host:
+            u = f"{scheme}://***@{host.rsplit('@', 1)[1]}{slash}{path}"
+    return re.sub(r"(?i)([?&](?:password|username)=)[^&#]*", r"\1***", u)
+
+
+def _budget_text(v) -> str:
+    """A fixed-point budget vector for a log line: its non-zero components (``zcdp_rho=2, zcdp_delta=0.0001``)."""
+    from streamdp.accounting.cost import COMPONENTS, fixed_to_cost
+
+    return ", ".join(f"{k}={x:g}" for k, x in zip(COMPONENTS, fixed_to_cost(v).as_tuple()) if x) or "0"
+
+
 def _glob_escape(s: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in s)
 
@@ -146,8 +167,9 @@ class RedisBudgetStore(BudgetStore):
             if not stored:
                 cur = self.default_budget()
                 if not np.array_equal(cur, b):
-                    log.warning("Redis store %s keeps its stored default budget %s (ignoring %s); change it with "
-                                "`streamdp budget set-default`", url or namespace, cur.tolist(), b.tolist())
+                    log.warning("Redis store %s keeps its stored default budget (%s), ignoring the configured one "
+                                "(%s); change it with `streamdp budget set-default`", self._where(),
+                                _budget_text(cur), _budget_text(b))
 
     @classmethod
     def from_url(cls, url: str, default_budget=None, *, namespace: str = "sdp", chunk: int = DEFAULT_CHUNK,
@@ -197,11 +219,9 @@ class RedisBudgetStore(BudgetStore):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _where(self) -> str:
-        u = self.url
-        if "@" in u:  # do not print passwords
-            scheme, rest = u.split("://", 1)
-            u = f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
-        return u or self.ns
+        """The store's URL for messages and logs, without credentials (``user:password@`` and a ``password=`` or
+        ``username=`` query parameter), else its namespace."""
+        return redact_url(self.url) or self.ns
 
     _SCRIPTS = {"admit": redis_scripts.ADMIT, "settle": redis_scripts.SETTLE,
                 "init_default": redis_scripts.INIT_DEFAULT}

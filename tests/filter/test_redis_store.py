@@ -245,3 +245,32 @@ def test_differential_against_memory_store_with_large_amounts(redis_url):
     halted = sum(u.halted for u in mem.iter_users())
     assert 0 < halted < len(users)
     assert max(int(u.spent.max()) for u in mem.iter_users()) > 2**60  # the large regime was exercised
+
+
+def test_the_kept_default_warning_names_the_store_without_its_password(spawn_redis, caplog):
+    """The warning that a store keeps its stored default budget printed the store URL as given, password included,
+    into the worker's log (service review of 2026-11-23, finding 4), and the budgets as raw fixed-point integers."""
+    from streamdp.accounting.cost import Cost, budget_vector
+
+    srv = spawn_redis(password="s3cr3t")
+    assert "s3cr3t" in srv.url
+    st = RedisBudgetStore.from_url(srv.url, default_budget=budget_vector(Cost(zcdp_rho=2.0, zcdp_delta=1e-4)))
+    with caplog.at_level(logging.WARNING, logger="streamdp.filter.redis_store"):
+        st2 = RedisBudgetStore.from_url(srv.url, default_budget=budget_vector(Cost(zcdp_rho=5.0)))
+    text = caplog.text
+    assert "keeps its stored default budget (zcdp_rho=2, zcdp_delta=0.0001)" in text
+    assert "ignoring the configured one (zcdp_rho=5)" in text
+    assert "s3cr3t" not in text and "***@" in text
+    for s in (st, st2):
+        s.close()
+
+
+def test_redact_url():
+    from streamdp.filter.redis_store import redact_url
+
+    assert redact_url("redis://:pw@h:6379/0") == "redis://***@h:6379/0"
+    assert redact_url("rediss://user:p@ss@h:1/2") == "rediss://***@h:1/2"
+    assert redact_url("redis://h:1/0?password=pw&db=2") == "redis://h:1/0?password=***&db=2"
+    assert redact_url("unix:///run/r.sock?db=0&Username=u&password=pw") == \
+        "unix:///run/r.sock?db=0&Username=***&password=***"
+    assert redact_url("redis://h:1/0") == "redis://h:1/0" and redact_url("") == ""
