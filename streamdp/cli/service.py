@@ -223,7 +223,8 @@ def _signals_stop():
 def open_store_retrying(url: str, budget, wait: float | None, *, sleep=None, clock=None):
     """Open the budget store; while it is unreachable, retry with exponential backoff (0.5 s doubling to 10 s) for
     ``wait`` seconds (None: until it answers) — DESIGN.md §6, Redis unavailable: retry and resume. A malformed URL
-    fails at once."""
+    fails at once, and so does a server that answers with a permanent error (:func:`_refused_by_server`: a database
+    index it does not have, wrong or missing credentials, a user without the permissions): that is not an outage."""
     import logging
     import time
 
@@ -240,6 +241,9 @@ def open_store_retrying(url: str, budget, wait: float | None, *, sleep=None, clo
         except ValueError as e:
             raise CLIError(f"cannot open budget store: {e}") from None
         except (StoreError, OSError) as e:
+            refused = _refused_by_server(e)
+            if refused is not None:
+                raise CLIError(refused) from None
             waited = clock() - t0
             if wait is not None and waited + delay > wait:
                 raise CLIError(f"cannot open budget store (retried for {waited:.1f} s): {e}") from None
@@ -247,6 +251,44 @@ def open_store_retrying(url: str, budget, wait: float | None, *, sleep=None, clo
                 "budget store unreachable; retrying", extra={"error": str(e), "retry_in": delay})
             sleep(delay)
             delay = min(2 * delay, 10.0)
+
+
+#: error replies (their first word) that a server gives while it cannot serve *for now*: retried like an outage
+_TRANSIENT_REPLIES = frozenset({"BUSY", "MISCONF", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "OOM",
+                                "READONLY", "NOREPLICAS", "MOVED", "ASK"})
+
+
+def _refused_by_server(error: Exception) -> str | None:
+    """The one-line error when ``error`` (a :class:`StoreError` at start) is the Redis server's permanent answer —
+    a database index out of range, wrong or missing credentials (WRONGPASS, NOAUTH, invalid password), a user
+    lacking permissions, a command it does not know; None when it is an outage (no connection, a timeout, a server
+    loading, busy or failing over), which is retried. The store keeps the redis-py exception as ``__cause__``."""
+    import re
+
+    try:
+        import redis.exceptions as rx
+    except ImportError:  # pragma: no cover - redis:// stores need redis-py
+        return None
+    cause = error.__cause__
+    if cause is None or not isinstance(cause, rx.RedisError):
+        return None
+    text = str(cause)
+    if isinstance(cause, (rx.AuthenticationError, rx.AuthorizationError)):
+        permanent = True
+    elif isinstance(cause, rx.ConnectionError):  # redis-py's own verdicts on the connection handshake's replies
+        permanent = text in ("Invalid Database", "Invalid Username or Password")
+    elif isinstance(cause, rx.ResponseError):
+        permanent = not isinstance(cause, (rx.OutOfMemoryError, rx.ReadOnlyError, rx.TryAgainError,
+                                           rx.ClusterDownError, rx.AskError, rx.ExecAbortError, rx.NoScriptError)) \
+            and text.split(" ", 1)[0] not in _TRANSIENT_REPLIES
+    else:
+        permanent = False
+    if not permanent:
+        return None
+    m = re.match(r"Redis budget store \w+ \(([^)]*)\)", str(error))  # the store's URL, its password redacted
+    where = f" {m.group(1)}" if m else ""
+    return (f"budget store{where} refused the connection: {text} (the server's answer, not an outage: not "
+            "retried; check the URL's database index and credentials)")
 
 
 def _check_topics(cfg) -> None:

@@ -187,3 +187,109 @@ def test_replay_refuses_an_empty_value_instead_of_using_the_configuration(flag, 
     assert e.value.code == 2
     assert f"argument {flag}: expected a non-empty value" in capsys.readouterr().err
     assert fake_replay == []
+
+
+# ---- finding 7b: a store that answers with a permanent error is not retried ----------------------------------------
+
+def _store_error(cause: Exception, where: str = "redis://127.0.0.1:6379/0"):
+    from streamdp.filter.store import StoreError
+
+    word = "unreachable" if isinstance(cause, ConnectionError) or "Connection" in type(cause).__name__ else "failed"
+    e = StoreError(f"Redis budget store {word} ({where}): {cause}")
+    e.__cause__ = cause
+    return e
+
+
+def _retrying(monkeypatch, error):
+    """open_store_retrying with a store that always fails with ``error``; returns (outcome, sleeps)."""
+    import streamdp.filter as filt
+    from streamdp.cli.main import CLIError
+    from streamdp.cli.service import open_store_retrying
+
+    def failing(url, budget):
+        raise error
+
+    monkeypatch.setattr(filt, "open_store", failing)
+    sleeps = []
+    t = [0.0]
+
+    def sleep(d):
+        sleeps.append(d)
+        t[0] += d
+
+    try:
+        open_store_retrying("redis://127.0.0.1:6379/0", None, 30.0, sleep=sleep, clock=lambda: t[0])
+    except CLIError as e:
+        return e, sleeps
+    raise AssertionError("returned a store")
+
+
+def _redis_errors():
+    import redis.exceptions as rx
+
+    return rx
+
+
+@pytest.mark.parametrize("make,text", [
+    (lambda rx: rx.ResponseError("DB index is out of range"), "DB index is out of range"),
+    (lambda rx: rx.AuthenticationError("invalid username-password pair or user is disabled."), "invalid username"),
+    (lambda rx: rx.AuthenticationError("Authentication required."), "Authentication required"),  # NOAUTH
+    (lambda rx: rx.AuthenticationError("invalid password"), "invalid password"),
+    (lambda rx: rx.AuthenticationError("Invalid Username or Password"), "Invalid Username or Password"),
+    (lambda rx: rx.ConnectionError("Invalid Database"), "Invalid Database"),
+    (lambda rx: rx.NoPermissionError("this user has no permissions to run the 'evalsha' command"),
+     "no permissions"),
+])
+def test_a_server_error_reply_at_start_fails_at_once(make, text, monkeypatch):
+    err, sleeps = _retrying(monkeypatch, _store_error(make(_redis_errors())))
+    assert sleeps == []  # not retried
+    assert err.code == 2 and text in str(err) and "\n" not in str(err)
+    assert "refused" in str(err) and "unreachable" not in str(err)
+
+
+@pytest.mark.parametrize("make", [
+    lambda rx: rx.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
+    lambda rx: rx.TimeoutError("Timeout connecting to server"),
+    lambda rx: rx.BusyLoadingError("Redis is loading the dataset in memory"),
+    lambda rx: rx.ConnectionError("max number of clients reached"),
+    lambda rx: rx.ResponseError("BUSY Redis is busy running a script."),
+    lambda rx: rx.ResponseError("MISCONF Redis is configured to save RDB snapshots, but it's unable to persist"),
+    lambda rx: rx.ReadOnlyError("You can't write against a read only replica."),
+    lambda rx: rx.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+    lambda rx: rx.TryAgainError("Multiple keys request during rehashing of slot"),
+    lambda rx: rx.MasterDownError("Link with MASTER is down"),
+])
+def test_an_outage_at_start_is_still_retried(make, monkeypatch):
+    err, sleeps = _retrying(monkeypatch, _store_error(make(_redis_errors())))
+    assert len(sleeps) > 2 and "retried for" in str(err) and err.code == 2
+
+
+def test_a_store_error_without_a_redis_cause_is_retried(monkeypatch):
+    from streamdp.filter.store import StoreError
+
+    err, sleeps = _retrying(monkeypatch, StoreError("something"))
+    assert len(sleeps) > 2
+
+
+def test_a_real_redis_refusing_the_db_index_or_the_credentials_fails_at_once(redis_server, monkeypatch):
+    """The servers' own replies (redis-server): DB 99 of 16, a user with a wrong password (ACL)."""
+    import redis
+
+    from streamdp.cli.main import CLIError
+    from streamdp.cli.service import open_store_retrying
+
+    def no_sleep(d):
+        raise AssertionError(f"retried ({d} s): a server's error reply was taken for an outage")
+
+    budget = [10**12, 0, 0, 0, 0, 0]
+    r = redis.Redis(port=redis_server.port)
+    r.execute_command("ACL", "SETUSER", "svc10", "on", ">right", "~*", "+@all")
+    try:
+        for url, text in ((f"redis://127.0.0.1:{redis_server.port}/99", "DB index is out of range"),
+                          (f"redis://svc10:wrong@127.0.0.1:{redis_server.port}/0", "invalid username-password")):
+            with pytest.raises(CLIError) as e:
+                open_store_retrying(url, budget, None, sleep=no_sleep)
+            assert text in str(e.value) and e.value.code == 2
+            assert "wrong" not in str(e.value)  # the password stays redacted
+    finally:
+        r.execute_command("ACL", "DELUSER", "svc10")
