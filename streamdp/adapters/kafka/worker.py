@@ -388,7 +388,8 @@ class KafkaWorker:
                 if (o.drain_idle is not None and self.engine is not None  # standbys wait for a hand-over
                         and queue.empty() and self._carry is None
                         and not (self.align is not None and self.align.paused)  # paused input is not the end
-                        and time.monotonic() - self._last_input >= o.drain_idle):
+                        and time.monotonic() - self._last_input >= o.drain_idle
+                        and await self._input_at_end()):
                     async with self.lock:
                         drained = self.engine is None or await self._safe(self._drain)
                     if not drained:  # the checkpoint was restored: read the input again from its offsets
@@ -398,6 +399,19 @@ class KafkaWorker:
         finally:
             fetcher.cancel()
             await asyncio.gather(fetcher, return_exceptions=True)
+
+    async def _input_at_end(self) -> bool:
+        """Whether every assigned partition of the source topic has answered a fetch and is read up to the high
+        watermark that answer carried. Idleness alone is no end of input: draining while a partition's first fetch
+        is still on its way, or while one is read in part, closes windows that its events belong to, and every
+        later run dead-letters them as late (service review of 2026-11-23, finding 3)."""
+        for tp in self.consumer.assignment():
+            if tp.topic != self.source_topic:
+                continue
+            hw = self.consumer.highwater(tp)
+            if hw is None or await self.consumer.position(tp) < hw:
+                return False
+        return True
 
     async def _fetch_loop(self, queue: asyncio.Queue) -> None:
         """The fetcher: ``getmany`` → :func:`parse_fetched` → queue (blocks while the queue is full)."""
