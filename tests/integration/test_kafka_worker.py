@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import copy
 
 import orjson
@@ -232,3 +233,43 @@ def test_a_second_deployment_with_the_same_query_ids_is_refused_before_charging(
         assert spent_by_user(store) == spent  # nobody charged, run after run
     assert releases_on_topics(tansu.bootstrap, raw, len(released)) == released  # nothing published
     store.close()
+
+
+def test_state_gauges_describe_the_restored_checkpoint_before_any_input(tansu, redis_url, topic_prefix, tmp_path,
+                                                                         nyc_events):
+    """A restarted worker exported streamdp_last_closed_window, _watermark_seconds and _checkpoint_bytes as 0 until
+    new input arrived: a quiet restart looked like a reset to window 0 (service review of 2026-11-23, finding 8)."""
+    import time
+
+    from conftest import free_port
+    from outage_helpers import scrape_metric
+
+    raw = service_config(topic_prefix, tansu.bootstrap, partitions=2)
+    cfg = write_config(tmp_path / "service.toml", raw)
+    produce(tansu.bootstrap, raw["kafka"]["input_topic"], nyc_events[:3000], 2)
+    assert run_to_completion(cfg, redis_url, tmp_path / "w1.log", extra=["--standalone"]) == 0, \
+        (tmp_path / "w1.log").read_text()[-2000:]
+    store = RedisBudgetStore.from_url(redis_url)
+    info = json.loads(store.r.hget(f"sdp:ckpt:{raw['kafka']['group_id']}:{raw['kafka']['input_topic']}", "info"))
+    store.close()
+    assert info["last_closed"] > 0
+    port = free_port()
+    p = start_worker(["--config", cfg, "--store", redis_url, "--standalone", "--metrics-port", str(port)],
+                     log_path=str(tmp_path / "w2.log"))
+    try:
+        got, t0 = None, time.monotonic()
+        while time.monotonic() - t0 < 60:
+            try:
+                got = scrape_metric(port, "streamdp_last_closed_window")
+            except OSError:  # not serving yet
+                got = None
+            if got:
+                break
+            assert p.poll() is None, (tmp_path / "w2.log").read_text()[-2000:]
+            time.sleep(0.3)
+        assert got == info["last_closed"]  # no new input: this is the restored state
+        assert scrape_metric(port, "streamdp_watermark_seconds") > 1.3e9
+        assert scrape_metric(port, "streamdp_checkpoint_bytes") > 0
+    finally:
+        p.terminate()
+        p.wait(30)

@@ -242,6 +242,7 @@ class RedisCheckpoint:
         self.owner = token
         self.version = int(version or 0)
         st = state_codec.decode(bytes(state)) if state else None
+        self.last_bytes = (len(state) + sum(len(b) for b in logs.values())) if state else 0  # as write() counts
         if st is not None:
             if st.get("format") not in (1, CHECKPOINT_FORMAT):
                 raise ValueError(f"unsupported checkpoint format {st.get('format')!r} in {self.key}")

@@ -663,6 +663,7 @@ class KafkaWorker:
         self._batches_since = 0
         self._last_ckpt = time.monotonic()
         self.metrics.baseline(engine.counters)
+        self._state_gauges()
 
     async def _positions(self, ck: Checkpoint) -> dict:
         """Where to resume each owned partition: its checkpointed offset, else the beginning of the partition."""
@@ -732,7 +733,15 @@ class KafkaWorker:
                 or time.monotonic() - self._last_ckpt >= o.checkpoint_seconds):
             await self._checkpoint_and_publish(summaries, t_batch)
         self.metrics.update(eng.counters)
+        self._state_gauges()
+
+    def _state_gauges(self) -> None:
+        """The gauges that describe the current state: after each step, and after a restore (else a restarted
+        worker reads as window 0 until input arrives)."""
+        stage = self.stage
         self.metrics.held_events.set(stage.held_events)
+        self.metrics.last_window.set(self.engine.windows.last_closed)
+        self.metrics.checkpoint_bytes.set(self.ckpt.last_bytes)
         wm = stage.wm.watermark()
         if np.isfinite(wm):
             self.metrics.watermark.set(wm)
