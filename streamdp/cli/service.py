@@ -165,7 +165,7 @@ def run_worker(args) -> int:
         print("WARNING: unsafe test seed in use — these releases are NOT differentially private", file=sys.stderr)
     worker = KafkaWorker(cfg, store, client_kw, opts, metrics=metrics)
     try:
-        return asyncio.run(worker.run())
+        return _run_refusing_bad_topics(worker)
     finally:
         store.close()
 
@@ -195,6 +195,18 @@ def _serve_metrics(args, cfg):
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise CLIError(f"cannot serve metrics on port {port} ({where}): {why}") from None
     return metrics
+
+
+def _run_refusing_bad_topics(worker) -> int:
+    """Run the worker; a topic layout that does not let it start (an internal topic with fewer partitions than the
+    input, a topic that cannot be created) is a refused start: one line, exit 2 — not a traceback and exit 1."""
+    from streamdp.adapters.kafka.topics import TopicSetupError
+    from streamdp.cli.main import CLIError
+
+    try:
+        return asyncio.run(worker.run())
+    except TopicSetupError as e:
+        raise CLIError(str(e)) from None
 
 
 def _log_config_warnings(cfg) -> None:
@@ -329,7 +341,7 @@ def run_ingest(args, cfg) -> int:
     metrics = _serve_metrics(args, cfg)
     opts = WorkerOptions.from_config(cfg.kafka, drain_idle=args.drain_idle, session_timeout_ms=stm,
                                      heartbeat_interval_ms=max(100, stm // 6), role="ingest")
-    return asyncio.run(IngestWorker(_client_kw(cfg, "streamdp-ingest"), opts, metrics=metrics).run())
+    return _run_refusing_bad_topics(IngestWorker(_client_kw(cfg, "streamdp-ingest"), opts, metrics=metrics))
 
 
 def run_replay(args) -> int:

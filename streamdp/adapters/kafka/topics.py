@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import signal
 import time
 
@@ -12,6 +13,39 @@ log = logging.getLogger("streamdp.kafka")
 
 TOPIC_EXISTS = 36  # Kafka error code TOPIC_ALREADY_EXISTS
 OUTPUT_TOPIC_CONFIGS = {"cleanup.policy": "compact"}  # output topics the worker creates (one record per release key)
+
+
+class TopicSetupError(RuntimeError):
+    """The topics do not allow the worker to start (a topic that cannot be created, is missing, or has too few
+    partitions): ``streamdp run`` refuses the start with this one line (exit 2), like a configuration error."""
+
+
+def check_internal_topic(internal_topic: str, n_internal: int, input_topic: str, n_input: int) -> None:
+    """The staged topology's internal topic needs one partition per input partition (``forward.py``)."""
+    if n_internal < n_input:
+        raise TopicSetupError(
+            f"internal topic {internal_topic!r} has {n_internal} partition{'s' if n_internal != 1 else ''}, the "
+            f"input topic {input_topic!r} {n_input}: it needs at least {n_input}, one per input partition "
+            "(kafka.internal_prefix names it)")
+
+
+#: how the workers' own check (ingest.py, worker.py) words a too-small internal topic
+_INTERNAL_TOO_SMALL = re.compile(r"internal topic '(?P<internal>.*)' has (?P<n_internal>\d+) partitions, the input "
+                                 r"topic '(?P<input>.*)' (?P<n_input>\d+): it needs one per input partition")
+
+
+def _setup_error(error: Exception) -> TopicSetupError | None:
+    """``error`` (raised while a worker starts) as a :class:`TopicSetupError` when it is one in substance."""
+    if isinstance(error, TopicSetupError):
+        return error
+    m = _INTERNAL_TOO_SMALL.fullmatch(str(error)) if type(error) is RuntimeError else None
+    if m is None:
+        return None
+    try:
+        check_internal_topic(m["internal"], int(m["n_internal"]), m["input"], int(m["n_input"]))
+    except TopicSetupError as e:
+        return e
+    return None
 
 
 def output_topic(kafka: dict, query_id: str) -> str:
@@ -38,7 +72,7 @@ async def topic_partitions(consumer, topic: str, timeout: float = 30.0) -> list[
         if parts:
             return sorted(parts)
         if time.monotonic() - t0 > timeout:
-            raise RuntimeError(f"topic {topic!r} has no partitions (does it exist?)")
+            raise TopicSetupError(f"topic {topic!r} has no partitions after {timeout:g} s (does it exist?)")
         await consumer._client.force_metadata_update()
         await asyncio.sleep(0.2)
 
@@ -62,7 +96,9 @@ async def start_retrying(start, stop, stopping: asyncio.Event, *, first_delay: f
     """``await start()``; while Kafka cannot be reached (any ``KafkaError`` or ``OSError``: no broker, a
     metadata timeout, a refused connection), ``await stop()`` the half-started clients and try again after a
     backoff (0.5 s doubling to 10 s) — DESIGN.md §6: an unreachable dependency is retried, not a crash.
-    Returns False when ``stopping`` is set meanwhile (nothing was consumed, charged or published)."""
+    Returns False when ``stopping`` is set meanwhile (nothing was consumed, charged or published). Any other
+    error stops the half-started clients too and is raised — a topic layout that refuses the start as a
+    :class:`TopicSetupError` (one line, exit 2 in ``streamdp run``)."""
     from aiokafka.errors import KafkaError
 
     delay = first_delay
@@ -74,6 +110,12 @@ async def start_retrying(start, stop, stopping: asyncio.Event, *, first_delay: f
             await stop()
             log.warning("Kafka unreachable at start; retrying", extra={"error": str(e) or type(e).__name__,
                                                                        "retry_in": delay})
+        except Exception as e:
+            await stop()  # no "Unclosed AIOKafkaConsumer" after the error
+            setup = _setup_error(e)
+            if setup is not None and setup is not e:
+                raise setup from None
+            raise
         try:
             await asyncio.wait_for(stopping.wait(), delay)
             return False
@@ -111,7 +153,8 @@ async def ensure_topics(client_kw: dict, names: list[str], partitions: int, repl
             if code == 0:
                 created.append(name)
             elif code != TOPIC_EXISTS:  # a concurrent creator won the race: fine
-                raise RuntimeError(f"cannot create topic {name!r}: Kafka error {code} ({err[2] if len(err) > 2 else ''})")
+                why = err[2] if len(err) > 2 else ""
+                raise TopicSetupError(f"cannot create topic {name!r}: Kafka error {code} ({why})")
         if created:
             log.info("created topics", extra={"topics": created, "partitions": partitions})
         return created
