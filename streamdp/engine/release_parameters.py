@@ -59,10 +59,20 @@ def _changes(old: dict, new: dict) -> list[str]:
             for k in sorted(set(old) | set(new)) if old.get(k, "(unset)") != new.get(k, "(unset)")]
 
 
-def check_unchanged(stored: str | None, current: dict) -> None:
+def removed_queries(stored: str | None, current: dict) -> list[str]:
+    """The ids of the queries in the parameters ``stored`` (:func:`canonical` text) that ``current`` lacks."""
+    if stored is None:
+        return []
+    now = {q for q, _ in current["queries"]}
+    old = json.loads(stored)["queries"]
+    return [q for q in (old if isinstance(old, dict) else [q for q, _ in old]) if q not in now]
+
+
+def check_unchanged(stored: str | None, current: dict, removed=()) -> None:
     """Refuse (:class:`ParametersChanged`, naming every difference) to restore a snapshot written under the
     parameters ``stored`` (:func:`canonical` text; ``None``: an older snapshot, not checked) into an engine with
-    the parameters ``current``."""
+    the parameters ``current``. ``removed``: ids of queries an earlier restart removed from this deployment (their
+    state is gone, so putting one back is refused with that reason)."""
     if stored is None:
         return
     old = json.loads(stored)
@@ -70,7 +80,10 @@ def check_unchanged(stored: str | None, current: dict) -> None:
     diffs = [f"service.{c}" for c in _changes(old["windows"], new["windows"])]
     old_q, new_q = dict(old["queries"]), dict(new["queries"])  # (a dict: the first form, without the order)
     for qid, params in new_q.items():
-        if qid not in old_q:
+        if qid not in old_q and qid in removed:
+            diffs.append(f"query {qid!r} was removed from this deployment by an earlier restart and its state is "
+                         "gone: it cannot come back (give it a new id in a new deployment, or leave it out)")
+        elif qid not in old_q:
             diffs.append(f"query {qid!r} is not in the checkpoint (a query cannot be added to a running "
                          "deployment: its state would start in the middle of an epoch)")
         else:

@@ -273,3 +273,25 @@ def test_state_gauges_describe_the_restored_checkpoint_before_any_input(tansu, r
     finally:
         p.terminate()
         p.wait(30)
+
+
+def test_a_removed_query_is_said_to_be_gone_for_good(tansu, redis_url, topic_prefix, tmp_path, nyc_events):
+    """Removing a query at a restart is allowed, but its state leaves the checkpoint: the worker now says so at the
+    restart, and a later run that puts the query back is refused with that reason — before, the refusal advised
+    reverting the configuration, which was exactly what had been done (service review of 2026-11-23, finding 5)."""
+    raw = service_config(topic_prefix, tansu.bootstrap, partitions=2)
+    assert len(raw["query"]) >= 2
+    gone = raw["query"][-1]["id"]
+    cfg = write_config(tmp_path / "all.toml", raw)
+    topic = raw["kafka"]["input_topic"]
+    produce(tansu.bootstrap, topic, nyc_events[:2000], 2)
+    assert run_to_completion(cfg, redis_url, tmp_path / "w1.log", extra=["--standalone"]) == 0
+    fewer = copy.deepcopy(raw)
+    fewer["query"] = raw["query"][:-1]
+    assert run_to_completion(write_config(tmp_path / "fewer.toml", fewer), redis_url, tmp_path / "w2.log",
+                             extra=["--standalone"]) == 0
+    assert f"queries ['{gone}'] are in the checkpoint but not configured" in (tmp_path / "w2.log").read_text()
+    produce(tansu.bootstrap, topic, nyc_events[2000:3000], 2)
+    assert run_to_completion(cfg, redis_url, tmp_path / "w3.log", extra=["--standalone"]) == 6
+    text = (tmp_path / "w3.log").read_text()
+    assert f"query '{gone}' was removed from this deployment by an earlier restart" in text

@@ -304,8 +304,12 @@ class RedisCheckpoint:
     def stored_parameters(self) -> str | None:
         """The release parameters of the latest checkpoint (its ``info``; None: no checkpoint, or one written
         before they were recorded) — read without claiming, so that a misconfigured worker fences nobody."""
+        return self.stored_info().get("parameters")
+
+    def stored_info(self) -> dict:
+        """The ``info`` of the latest checkpoint ({} without one), read without claiming."""
         info = self._call(lambda: self.r.hget(self.key, "info"))
-        return json.loads(info).get("parameters") if info else None
+        return json.loads(info) if info else {}
 
     def read_info(self) -> dict:
         """Operator view: offsets, version, owner and summary of the latest checkpoint (no state decoding)."""

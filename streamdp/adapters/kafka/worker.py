@@ -68,7 +68,8 @@ from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPE
                                            stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseConflict, ReleaseEngine, WindowSummary
-from streamdp.engine.release_parameters import ParametersChanged, canonical, check_unchanged, release_parameters
+from streamdp.engine.release_parameters import (ParametersChanged, canonical, check_unchanged, release_parameters,
+                                               removed_queries)
 from streamdp.filter.store import StoreError
 from streamdp.input.events import FAST_MIN_BATCH, MAX_PAYLOAD_BYTES, DeadLetter, EventBatch, parse_batch
 from streamdp.noise.generator import secure_generator
@@ -292,6 +293,7 @@ class KafkaWorker:
         self.closed_windows = 0
         self._carry: Fetched | None = None  # a fetched batch taken from the queue for the next step
         self._failures = 0  # consecutive failed steps (their backoff)
+        self._removed: list[str] = []  # query ids removed from this deployment by a restart (checkpoint info)
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -570,8 +572,16 @@ class KafkaWorker:
             try:
                 # the release parameters first, without claiming: a worker started with other ones must not fence
                 # the owner that runs with the right ones (the restore checks them again, from the state itself)
-                check_unchanged(self.ckpt.stored_parameters(),
-                                release_parameters(self.engine_config(), self.cfg.build_queries()))
+                info = self.ckpt.stored_info()
+                current = release_parameters(self.engine_config(), self.cfg.build_queries())
+                before = set(info.get("removed_queries", []))
+                check_unchanged(info.get("parameters"), current, before)
+                gone = removed_queries(info.get("parameters"), current)
+                if gone:
+                    log.warning(f"queries {gone} are in the checkpoint but not configured: they are removed from "
+                                "this deployment for good (their state is dropped at the next checkpoint, and "
+                                "putting one back will be refused)", extra={"worker": self.worker_id})
+                self._removed = sorted(before | set(gone))
                 ck = self.ckpt.claim(self.worker_id)
                 if ck.state is None and not self.opts.allow_empty_store and await self._committed_elsewhere():
                     self._refuse_empty_store()
@@ -787,7 +797,8 @@ class KafkaWorker:
         records = [PendingRecord(self.topic_of[r.query], r.key, r.to_bytes()) for s in summaries for r in s.records]
         info = {"worker": self.worker_id, "last_closed": eng.windows.last_closed,
                 "events_in": eng.counters.events_in, "held_events": self.stage.held_events,
-                "records": len(records), "parameters": canonical(eng.parameters)}
+                "records": len(records), "parameters": canonical(eng.parameters),
+                "removed_queries": self._removed}
         t0 = time.perf_counter()
         version = await self._blocking(self._write_checkpoint, records, info)
         self.metrics.checkpoint_seconds.observe(time.perf_counter() - t0)
