@@ -13,9 +13,18 @@ import pytest
 from streamdp.adapters.kafka.topics import TopicSetupError, check_internal_topic, start_retrying
 from streamdp.cli.main import main
 
-# the words of the workers' own check (streamdp/adapters/kafka/ingest.py and worker.py)
+# the words of the workers' former check (ingest.py and worker.py now call check_internal_topic)
 WORKER_WORDS = ("internal topic 'ip.int.parsed' has 1 partitions, the input topic 'b3.events' 3: it needs one per "
                 "input partition")
+
+
+def _too_small() -> TopicSetupError:
+    """What the workers raise at start for this internal topic (they call check_internal_topic)."""
+    try:
+        check_internal_topic("ip.int.parsed", 1, "b3.events", 3)
+    except TopicSetupError as e:
+        return e
+    raise AssertionError("check_internal_topic accepted a too-small topic")
 
 
 def _start(error: Exception):
@@ -35,7 +44,7 @@ def _start(error: Exception):
 
 
 def test_the_workers_too_small_internal_topic_becomes_a_setup_error_and_the_clients_are_stopped():
-    go, calls = _start(RuntimeError(WORKER_WORDS))
+    go, calls = _start(_too_small())
     with pytest.raises(TopicSetupError) as e:
         asyncio.run(go())
     assert calls == {"start": 1, "stop": 1}  # not retried; the half-started clients are stopped
@@ -44,7 +53,7 @@ def test_the_workers_too_small_internal_topic_becomes_a_setup_error_and_the_clie
     assert "\n" not in msg
 
 
-@pytest.mark.parametrize("error", [RuntimeError("something else"), ValueError(WORKER_WORDS), KeyError("x")])
+@pytest.mark.parametrize("error", [RuntimeError("something else"), RuntimeError(WORKER_WORDS), ValueError(WORKER_WORDS), KeyError("x")])
 def test_another_error_at_start_is_raised_as_it_is_after_stopping_the_clients(error):
     go, calls = _start(error)
     with pytest.raises(type(error)) as e:
@@ -93,7 +102,7 @@ def test_run_refuses_the_start_in_one_line_with_exit_2(role, tmp_path, monkeypat
             pass
 
         async def run(self):
-            go, _ = _start(RuntimeError(WORKER_WORDS))
+            go, _ = _start(_too_small())
             return await go()
 
     monkeypatch.setattr(service, "open_store_retrying", lambda *a: FakeStore())

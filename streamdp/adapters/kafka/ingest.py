@@ -31,8 +31,8 @@ import numpy as np
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import ForwardRecord, encode
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, split_runs
-from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, start_retrying, stop_clients, stop_on_signals,
-                                            topic_partitions)
+from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, check_internal_topic, start_retrying, stop_clients,
+                                            stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 
 log = logging.getLogger("streamdp.kafka")
@@ -78,9 +78,7 @@ class IngestWorker:
         if o.create_topics:
             await ensure_topics(self.client_kw, [o.internal_topic], n_in)
         n_fw = len(await topic_partitions(self.consumer, o.internal_topic))
-        if n_fw < n_in:
-            raise RuntimeError(f"internal topic {o.internal_topic!r} has {n_fw} partitions, the input topic "
-                               f"{o.input_topic!r} {n_in}: it needs one per input partition")
+        check_internal_topic(o.internal_topic, n_fw, o.input_topic, n_in)
         # the producer starts after every topic it writes to exists (one it learns of later may stall its sends)
         self.producer = AIOKafkaProducer(**self.client_kw, acks="all", linger_ms=5, enable_idempotence=False,
                                          max_request_size=o.max_request_bytes)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import signal
 import time
 
@@ -29,23 +28,9 @@ def check_internal_topic(internal_topic: str, n_internal: int, input_topic: str,
             "(kafka.internal_prefix names it)")
 
 
-#: how the workers' own check (ingest.py, worker.py) words a too-small internal topic
-_INTERNAL_TOO_SMALL = re.compile(r"internal topic '(?P<internal>.*)' has (?P<n_internal>\d+) partitions, the input "
-                                 r"topic '(?P<input>.*)' (?P<n_input>\d+): it needs one per input partition")
-
-
 def _setup_error(error: Exception) -> TopicSetupError | None:
-    """``error`` (raised while a worker starts) as a :class:`TopicSetupError` when it is one in substance."""
-    if isinstance(error, TopicSetupError):
-        return error
-    m = _INTERNAL_TOO_SMALL.fullmatch(str(error)) if type(error) is RuntimeError else None
-    if m is None:
-        return None
-    try:
-        check_internal_topic(m["internal"], int(m["n_internal"]), m["input"], int(m["n_input"]))
-    except TopicSetupError as e:
-        return e
-    return None
+    """``error`` (raised while a worker starts) when it is a :class:`TopicSetupError`."""
+    return error if isinstance(error, TopicSetupError) else None
 
 
 def output_topic(kafka: dict, query_id: str) -> str:

@@ -64,8 +64,8 @@ from streamdp.adapters.kafka.forward import accept as accept_forward
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, offsets_and_values, split_runs
 from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
 from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPED_IN_OUTAGE, OUTPUT_TOPIC_CONFIGS,
-                                           ensure_topics, forward_topic, output_topic, start_retrying, stop_clients,
-                                           stop_on_signals, topic_partitions)
+                                            check_internal_topic, ensure_topics, forward_topic, output_topic,
+                                            start_retrying, stop_clients, stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseConflict, ReleaseEngine, WindowSummary
 from streamdp.engine.release_parameters import (ParametersChanged, canonical, check_unchanged, release_parameters,
@@ -321,9 +321,7 @@ class KafkaWorker:
             await self.consumer.start()
             self.input_partitions = set(await topic_partitions(self.consumer, o.input_topic))
             n_fw = len(await topic_partitions(self.consumer, o.internal_topic))
-            if n_fw < len(self.input_partitions):
-                raise RuntimeError(f"internal topic {o.internal_topic!r} has {n_fw} partitions, the input topic "
-                                   f"{o.input_topic!r} {len(self.input_partitions)}: it needs one per input partition")
+            check_internal_topic(o.internal_topic, n_fw, o.input_topic, len(self.input_partitions))
         if o.use_group:
             self.consumer.subscribe([self.source_topic], listener=_listener(self))
             if not self.coordinator:
