@@ -8,6 +8,7 @@ from typing import Callable, Iterable
 
 from streamdp.engine.engine import ReleaseEngine, WindowSummary
 from streamdp.input.events import DeadLetter, parse_batch
+from streamdp.windows.tumbling import rejection_detail
 
 
 class EmbeddedPipeline:
@@ -48,8 +49,10 @@ class EmbeddedPipeline:
         for d in dead:
             self.engine.counters.dead(d.reason)
             self._dead(d)
-        for row, reason in self.engine.ingest(batch):
-            self._dead(DeadLetter(payloads[int(batch.source_rows[row])], reason))
+        e = self.engine
+        for row, reason in e.ingest(batch):
+            detail = rejection_detail(reason, float(batch.ts[row]), e.windows, e.config.max_future_seconds)
+            self._dead(DeadLetter(payloads[int(batch.source_rows[row])], reason, detail))
         self._emit(self.engine.close_due())
 
     def run(self, batches: Iterable[list[bytes]], progress: Callable[[int], None] | None = None) -> None:

@@ -50,6 +50,21 @@ def absurd_times(ts: np.ndarray, position: float, max_future: float | None, allo
     return future, past
 
 
+def rejection_detail(reason: str, ts: float, windows: "TumblingWindows", max_future: float | None) -> str:
+    """The ``detail`` of a dead letter rejected for its time (``late``, ``before_origin``, ``too_far_in_future``):
+    the event time and the rule it broke, for operators (never the payload's contents beyond its time)."""
+    if reason == "late":
+        t = windows.window_of(np.array([ts]))[0] if windows.origin is not None else None
+        return f"event time {ts!r} falls in window {t}, already closed (last closed window {windows.last_closed})"
+    if reason == "before_origin":
+        return (f"event time {ts!r} is before the windows' origin {windows.origin!r}" if windows.origin is not None
+                else f"event time {ts!r} is far before the rest of its batch (the origin is derived from it)")
+    if reason == "too_far_in_future":
+        return (f"event time {ts!r} is more than max_future_seconds = {max_future!r} past the newest time accepted "
+                "before it")
+    return ""
+
+
 def _chained(ts: np.ndarray, future: np.ndarray, position: float, max_future: float) -> np.ndarray:
     """``future`` refined in batch order: an event counts as too far ahead only if it is more than ``max_future``
     after the newest time accepted before it (the position, or an accepted earlier event of the batch). Runs only

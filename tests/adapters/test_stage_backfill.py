@@ -71,3 +71,24 @@ def test_a_90_day_backfill_in_one_batch_is_accepted_by_the_embedded_engine():
     sink = ListSink()
     EmbeddedPipeline(eng, [sink]).run([days(0, 89)])
     assert sink.dead == [] and len(sink.records) == 90
+
+
+def test_time_rejections_carry_a_detail():
+    """Dead letters rejected for their time name the time and the rule (they had an empty detail; service review
+    of 2026-11-23)."""
+    eng = _engine()
+    sink = ListSink()
+    p = EmbeddedPipeline(eng, [sink])
+    p.feed(days(0, 2))  # windows 1–2 close (the watermark is in day 2)
+    late = T0 + 0.5 * DAY
+    early = T0 - 3 * DAY
+    far = T0 + 400 * DAY
+    p.feed([orjson.dumps({"user": u, "ts": ts, "items": ["a"]}) for u, ts in (("l", late), ("b", early),
+                                                                              ("f", far))])
+    got = {d.reason: d.detail for d in sink.dead}
+    assert got == {
+        "late": f"event time {late!r} falls in window 1, already closed (last closed window 2)",
+        "before_origin": f"event time {early!r} is before the windows' origin {T0!r}",
+        "too_far_in_future": f"event time {far!r} is more than max_future_seconds = 2592000.0 past the newest time "
+                             "accepted before it",
+    }

@@ -73,6 +73,7 @@ from streamdp.engine.release_parameters import (ParametersChanged, canonical, ch
 from streamdp.filter.store import StoreError
 from streamdp.input.events import FAST_MIN_BATCH, MAX_PAYLOAD_BYTES, DeadLetter, EventBatch, parse_batch
 from streamdp.noise.generator import secure_generator
+from streamdp.windows.tumbling import rejection_detail
 
 log = logging.getLogger("streamdp.kafka")
 
@@ -766,9 +767,11 @@ class KafkaWorker:
         for i, d in dead:
             eng.counters.dead(d.reason)
             dead_futs.append(await self._dead_letter(d.payload, d.reason, d.detail, p, int(part.offsets[i])))
+        W, max_future = eng.windows, eng.config.max_future_seconds
         for row, reason in self.stage.add(p, parsed):
             src = int(parsed.source_rows[row])
-            dead_futs.append(await self._dead_letter(part.payloads[src], reason, "", p, int(part.offsets[src])))
+            detail = rejection_detail(reason, float(parsed.ts[row]), W, max_future)
+            dead_futs.append(await self._dead_letter(part.payloads[src], reason, detail, p, int(part.offsets[src])))
 
     async def _release(self, flush: bool = False) -> list[WindowSummary]:
         """Close the due windows (``flush``: all) in a worker thread: the admit/settle calls block on Redis."""
