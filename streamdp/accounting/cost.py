@@ -204,6 +204,11 @@ def fixed_to_cost(v: Iterable[int]) -> Cost:
     return Cost(*(from_fixed(int(x), s) for x, s in zip(v, SCALES)))
 
 
+def budget_text(v: Iterable[int]) -> str:
+    """A fixed-point budget vector for a message: its non-zero components (``zcdp_rho=2, zcdp_delta=0.0001``)."""
+    return ", ".join(f"{k}={x:g}" for k, x in zip(COMPONENTS, fixed_to_cost(v).as_tuple()) if x) or "0"
+
+
 def notions_in_use(v: Iterable[float]) -> list[str]:
     vals = list(v)
     return [n for i, n in enumerate(NOTIONS) if vals[2 * i] or vals[2 * i + 1]]

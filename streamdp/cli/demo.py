@@ -58,16 +58,6 @@ def register(sub) -> None:
     p.set_defaults(func=run_demo)
 
 
-def _budget_text(v) -> str:
-    """A fixed-point budget vector as ``zcdp_rho=2, zcdp_delta=0.0001`` (its non-zero components)."""
-    import dataclasses
-
-    from streamdp.accounting.cost import fixed_to_cost
-
-    c = fixed_to_cost(v)
-    return ", ".join(f"{f.name}={getattr(c, f.name):g}" for f in dataclasses.fields(c) if getattr(c, f.name)) or "0"
-
-
 def _fmt_day(ts: float, window_seconds: float) -> str:
     d = dt.datetime.fromtimestamp(ts, dt.timezone.utc)
     return d.strftime("%Y-%m-%d") if window_seconds >= 86400 else d.strftime("%m-%d %H:%M")
@@ -83,7 +73,7 @@ def run_demo(args) -> int:
     from streamdp.engine.pipeline import EmbeddedPipeline
     from streamdp.filter import MemoryBudgetStore, open_store
     from streamdp.filter.store import StoreError
-    from streamdp.accounting.cost import budget_vector
+    from streamdp.accounting.cost import budget_text, budget_vector
     from streamdp.input import sources
     from streamdp.outputs.sinks import JsonlSink
 
@@ -125,7 +115,7 @@ def run_demo(args) -> int:
         # the configuration's default budget initialises a new store; a store that exists keeps its own default,
         # as for `streamdp run` (only the audited `streamdp budget set-default` changes it)
         if not np.array_equal(store.default_budget(), budget_vector(cfg.budget)):
-            kept, cfg_b = _budget_text(store.default_budget()), _budget_text(budget_vector(cfg.budget))
+            kept, cfg_b = budget_text(store.default_budget()), budget_text(budget_vector(cfg.budget))
             print(f"note: the store keeps its default budget ({kept}); the configuration's [budget] ({cfg_b}) is "
                   "not applied to it — change it with `streamdp budget set-default`", file=sys.stderr)
         else:  # the configuration's budget is this run's: what it would halt (config check prints the same)

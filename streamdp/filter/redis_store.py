@@ -48,7 +48,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from streamdp.accounting.cost import N_COMPONENTS
+from streamdp.accounting.cost import N_COMPONENTS, budget_text
 from streamdp.filter import redis_scripts
 from streamdp.filter.memory import check_batch, check_budget, check_id_batch, ledger_entry_json
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget, check_digest
@@ -120,13 +120,6 @@ def redact_url(url: str) -> str:
     return re.sub(r"(?i)([?&](?:password|username)=)[^&#]*", r"\1***", u)
 
 
-def _budget_text(v) -> str:
-    """A fixed-point budget vector for a log line: its non-zero components (``zcdp_rho=2, zcdp_delta=0.0001``)."""
-    from streamdp.accounting.cost import COMPONENTS, fixed_to_cost
-
-    return ", ".join(f"{k}={x:g}" for k, x in zip(COMPONENTS, fixed_to_cost(v).as_tuple()) if x) or "0"
-
-
 def _glob_escape(s: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in s)
 
@@ -169,7 +162,7 @@ class RedisBudgetStore(BudgetStore):
                 if not np.array_equal(cur, b):
                     log.warning("Redis store %s keeps its stored default budget (%s), ignoring the configured one "
                                 "(%s); change it with `streamdp budget set-default`", self._where(),
-                                _budget_text(cur), _budget_text(b))
+                                budget_text(cur), budget_text(b))
 
     @classmethod
     def from_url(cls, url: str, default_budget=None, *, namespace: str = "sdp", chunk: int = DEFAULT_CHUNK,
