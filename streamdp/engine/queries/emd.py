@@ -42,7 +42,7 @@ import math
 import numpy as np
 
 from streamdp.arrays import unique_sorted
-from streamdp.accounting.cost import N_COMPONENTS, Cost
+from streamdp.accounting.cost import N_COMPONENTS, Cost, fixed_to_cost
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.emd.freq_est import ClusteredKRR, apply_clustered_inverse
 from streamdp.mechanisms.emd.itemwise import PrivEMDItemWise
@@ -266,10 +266,13 @@ class EMDLinear(WindowQuery):
 class EMDFrequency(WindowQuery):
     """FreqEstLocal with the clustered k-RR over users' windowed multisets (module notes; 004 Alg. 2/4, §6.2)."""
 
-    public_cost_basis = "per user with items in the domain, this window (at max_items items)"
+    public_cost_basis = "per user with items in the domain, this window (the most over 1..max_items items, per component)"
 
     def public_cost(self, rel):
-        return self.cost(self.max_items)
+        # The charged δ is not monotone in m (the shuffle bound's δ_step comes from a grid, and the composition
+        # bound has δ = 0): the cost at max_items can understate a smaller user's δ (privacy review of
+        # 2026-11-23, F1). The published bound is the componentwise max over every size, as reservations use.
+        return fixed_to_cost(self._worst[self.max_items])
 
     kind = "emd_frequency"
     notion = "emd"
