@@ -103,7 +103,7 @@ def run_demo(args) -> int:
         events = list(sources.synthetic_events(n_users=args.users, n_items=args.items, windows=args.windows,
                                                events_per_window=args.rate,
                                                window_seconds=cfg.service["window_seconds"],
-                                               origin=cfg.service["origin"] or 1_700_000_000.0))
+                                               origin=cfg.service["origin"]))
         if args.limit:
             events = events[: args.limit]
 
@@ -235,8 +235,6 @@ def _true_running_counts(events: list[bytes], cfg, query_id: str) -> tuple[dict,
         e = orjson.loads(raw)
         if "user" not in e:
             continue
-        if origin is None:
-            origin = (e["ts"] // ws) * ws
         seq = int((e["ts"] - origin) // ws) + 1
         ep = (seq - 1) // L
         if ep != cur_epoch:

@@ -4,7 +4,7 @@
 [service]
 window_seconds = 86400        # tumbling window length (event time)
 horizon = 64                  # L: windows per epoch of the continual-count tree
-origin = 1356998400           # optional: start of window 1 (default: aligned below the first event)
+origin = 1356998400           # required: event time (Unix seconds) where window 1 starts
 allowed_lateness = 0          # seconds
 unsafe_test_seed = 7          # TEST MODE ONLY: deterministic noise (never in production)
 
@@ -42,7 +42,7 @@ SERVICE_PARAMS = (
     # ≥ 1 ms: window numbers of any accepted event time (< MAX_TS) then fit in int64
     Param("window_seconds", "float", "tumbling window length in seconds of event time", required=True, min=1e-3),
     Param("horizon", "int", "L: windows per epoch of the continual-count tree", default=64, min=1, max=1 << 20),
-    Param("origin", "float", "event time of the start of window 1", default=None, min=0.0, lt=MAX_TS),
+    Param("origin", "float", "event time of the start of window 1", required=True, min=0.0, lt=MAX_TS),
     # ≤ the whole accepted time range: past it no window ever closes, and past ~10¹³ s the float sum end + lateness
     # is too coarse for 1 ms windows
     Param("allowed_lateness", "float", "seconds the watermark trails the max event time", default=0.0, min=0,
@@ -138,6 +138,14 @@ class ServiceConfig:
                 for i, t in enumerate(self.query_tables)]
 
 
+_WHY_REQUIRED = {
+    ("service", "origin"): (
+        " (the event time where window 1 starts, e.g. a midnight UTC in Unix seconds: windows are numbered from a"
+        " configured, public time, because an origin taken from the first event would put that one event's time"
+        " into every published window's bounds; DESIGN.md §2)"),
+}
+
+
 def _section(raw: dict, name: str, params: tuple[Param, ...]) -> dict:
     sec = raw.get(name, {})
     if not isinstance(sec, dict):
@@ -151,7 +159,7 @@ def _section(raw: dict, name: str, params: tuple[Param, ...]) -> dict:
         if p.name in sec:
             out[p.name] = p.check(name, sec[p.name])
         elif p.required:
-            raise ConfigError(f"{name}.{p.name}: is required")
+            raise ConfigError(f"{name}.{p.name}: is required{_WHY_REQUIRED.get((name, p.name), '')}")
         else:
             out[p.name] = p.default
     return out

@@ -84,7 +84,7 @@ class ReleaseConflict(RuntimeError):
 class EngineConfig:
     window_seconds: float
     horizon: int = 64  # windows per epoch (the continual-count tree horizon L)
-    origin: float | None = None
+    origin: float | None = None  # REQUIRED: the start of window 1 (a public time; None is refused)
     allowed_lateness: float = 0.0
     idle_timeout: float | None = None
     max_future_seconds: float | None = 30 * 86400.0  # events further ahead of the watermark are dead-lettered
@@ -97,6 +97,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.horizon < 1:
             raise ValueError("horizon must be ≥ 1")
+        if self.origin is None:  # a keyword after defaults, so it cannot be a plain required field
+            raise ValueError("origin: required — the event time where window 1 starts. Windows are numbered from a "
+                             "configured, public time: an origin taken from the first event would put that one "
+                             "event's time into every published window's bounds (DESIGN.md §2)")
 
 
 @dataclass
@@ -163,13 +167,11 @@ class ReleaseEngine:
         self.counters.events_in += n
         W, c = self.windows, self.config
         pos = stream_position(batch.ts, W.watermark_at(now), c.allowed_lateness)
-        future, past = absurd_times(batch.ts, pos, c.max_future_seconds, c.allowed_lateness, W.origin is None)
-        if W.origin is None:  # from the batch's sane times (its median always is one)
-            W.ensure_origin(float(batch.ts[~(future | past)].min()))
+        future = absurd_times(batch.ts, pos, c.max_future_seconds)
         t = W.window_of(batch.ts)
         reasons = np.full(n, None, dtype=object)
         reasons[t <= W.last_closed] = "late"
-        reasons[(t < 1) | past] = "before_origin"
+        reasons[t < 1] = "before_origin"
         reasons[future & (reasons == None)] = "too_far_in_future"  # noqa: E711
         ok = reasons == None  # noqa: E711
         rejected = [(int(i), str(reasons[i])) for i in np.flatnonzero(~ok)]

@@ -27,38 +27,33 @@ def stream_position(ts: np.ndarray, watermark: float, allowed_lateness: float) -
     return float(np.partition(ts, k)[k])
 
 
-def absurd_times(ts: np.ndarray, position: float, max_future: float | None, allowed_lateness: float,
-                 derive_origin: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(too far in the future, too far in the past) masks of a batch against the stream's ``position``.
+def absurd_times(ts: np.ndarray, position: float, max_future: float | None) -> np.ndarray:
+    """The too-far-in-the-future mask of a batch against the stream's ``position``.
 
     Future: more than ``max_future`` seconds after the newest time accepted so far — the position, or an earlier
     event of the same batch (in batch order) that was itself accepted. A batch's own in-order progress therefore
     counts: a backfill whose one fetch spans months, or a partition whose backlog arrives in one fetch, is accepted
     event by event, while one absurd time is still refused (it is not within ``max_future`` of anything accepted
-    before it, and a refused time does not become the reference). Past, only while the origin is still to be
-    derived from this batch: more than ``allowed_lateness + max_future`` before the position. Without them, one
-    absurd time in a first batch would set the watermark (every window up to it due at once, every later event
-    late) or the origin (every window from it due). ``max_future = None`` disables both."""
+    before it, and a refused time does not become the reference). Without it, one absurd time in a first batch
+    would set the watermark (every window up to it due at once, every later event late). ``max_future = None``
+    disables it. (Times before the configured origin are refused as ``before_origin`` by their window number.)"""
     ts = np.asarray(ts, dtype=np.float64)
     if max_future is None:
-        none = np.zeros(ts.size, dtype=bool)
-        return none, none
+        return np.zeros(ts.size, dtype=bool)
     future = ts > position + max_future
     if future.any():
         future = _chained(ts, future, position, max_future)
-    past = ts < position - allowed_lateness - max_future if derive_origin else np.zeros(ts.size, dtype=bool)
-    return future, past
+    return future
 
 
 def rejection_detail(reason: str, ts: float, windows: "TumblingWindows", max_future: float | None) -> str:
     """The ``detail`` of a dead letter rejected for its time (``late``, ``before_origin``, ``too_far_in_future``):
     the event time and the rule it broke, for operators (never the payload's contents beyond its time)."""
     if reason == "late":
-        t = windows.window_of(np.array([ts]))[0] if windows.origin is not None else None
+        t = windows.window_of(np.array([ts]))[0]
         return f"event time {ts!r} falls in window {t}, already closed (last closed window {windows.last_closed})"
     if reason == "before_origin":
-        return (f"event time {ts!r} is before the windows' origin {windows.origin!r}" if windows.origin is not None
-                else f"event time {ts!r} is far before the rest of its batch (the origin is derived from it)")
+        return f"event time {ts!r} is before the windows' origin {windows.origin!r}"
     if reason == "too_far_in_future":
         return (f"event time {ts!r} is more than max_future_seconds = {max_future!r} past the newest time accepted "
                 "before it")
@@ -85,7 +80,7 @@ def _chained(ts: np.ndarray, future: np.ndarray, position: float, max_future: fl
 @dataclass
 class TumblingWindows:
     length: float
-    origin: float | None = None
+    origin: float
     allowed_lateness: float = 0.0
     idle_timeout: float | None = None
     last_closed: int = 0
@@ -95,15 +90,14 @@ class TumblingWindows:
     def __post_init__(self) -> None:
         if not (self.length > 0 and math.isfinite(self.length)):
             raise ValueError(f"window length must be > 0, got {self.length}")
+        if isinstance(self.origin, bool) or not isinstance(self.origin, (int, float)) or not math.isfinite(self.origin):
+            raise ValueError(f"origin must be a finite event time (the start of window 1), got {self.origin!r}: "
+                             "windows are numbered from a configured, public time (DESIGN.md §2)")
+        self.origin = float(self.origin)
         if self.allowed_lateness < 0:
             raise ValueError("allowed_lateness must be ≥ 0")
 
     # ---- numbering -----------------------------------------------------------------------------------------
-    def ensure_origin(self, first_ts: float) -> None:
-        """With no configured origin, windows are aligned on multiples of ``length`` below the first event."""
-        if self.origin is None:
-            self.origin = math.floor(first_ts / self.length) * self.length
-
     def _end(self, t):
         """The end of window t (t may be an array): THE definition of the boundaries, which :meth:`window_of` and
         :meth:`last_ended` agree with exactly, in floats (monotone in t)."""
@@ -165,7 +159,7 @@ class TumblingWindows:
 
     def flush(self) -> None:
         """End of input (bounded source): let every window up to the one holding the newest event close."""
-        if self._max_ts and self.origin is not None:
+        if self._max_ts:
             top = max(self._max_ts.values())
             x = self.time_for_watermark(self._end(int(self.window_of(top))))
             for p in self._max_ts:
@@ -173,8 +167,6 @@ class TumblingWindows:
 
     def due(self, now: float | None = None) -> list[int]:
         """Window numbers that the watermark has passed and that were not closed yet (each returned once)."""
-        if self.origin is None:
-            return []
         wm = self.watermark_at(now)
         if not math.isfinite(wm):
             return []

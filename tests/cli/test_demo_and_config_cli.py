@@ -66,43 +66,43 @@ def test_config_check_ok(capsys):
 
 
 @pytest.mark.parametrize("body,field", [
-    ("[service]\nwindow_seconds = -1\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n", "service.window_seconds"),
-    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='continual_counts'\n", "query[0].sigma"),
-    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='continual_counts'\nsigma='x'\n", "query[0].sigma"),
-    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='nope'\n", "query[0].kind"),
-    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\nk=5\nkbar=2\n", "query[0].kbar"),
-    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\nbogus=2\n",
+    ("[service]\nwindow_seconds = -1\norigin = 0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n", "service.window_seconds"),
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='continual_counts'\n", "query[0].sigma"),
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma='x'\n", "query[0].sigma"),
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='nope'\n", "query[0].kind"),
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\nk=5\nkbar=2\n", "query[0].kbar"),
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\nbogus=2\n",
      "query[0].bogus"),
-    ("[service]\nwindow_seconds = 60\n[budget]\nzcdp_rho = -2\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[budget]\nzcdp_rho = -2\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
      "budget.zcdp_rho"),
-    ("[service]\nwindow_seconds = 60\n[budget]\nzcdp_delta = 1.0\n[[query]]\nid='a'\nkind='continual_counts'\n"
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[budget]\nzcdp_delta = 1.0\n[[query]]\nid='a'\nkind='continual_counts'\n"
      "sigma=1\n", "budget.zcdp_delta"),
     # values that used to pass the check and fail later (a crash at the first window close, a retry loop, an
     # overflow, dead letters read back forever): refused at start with the field or query named
-    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\nepsilon=5000\n", "query[0]: kind 'top_k'"),
-    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1e-10\n",
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='top_k'\nepsilon=5000\n", "query[0]: kind 'top_k'"),
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1e-10\n",
      "query[0]: kind 'continual_counts'"),
-    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='window_histogram'\nepsilon=1e200\n",
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='window_histogram'\nepsilon=1e200\n",
      "query[0]: kind 'window_histogram'"),
-    ("[service]\nwindow_seconds = 60\nunsafe_test_seed = -1\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n",
+    ("[service]\nwindow_seconds = 60\norigin = 0\nunsafe_test_seed = -1\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n",
      "service.unsafe_test_seed"),
     ("[service]\nwindow_seconds = 60\norigin = 1e300\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n", "service.origin"),
-    ("[service]\nwindow_seconds = 1e-300\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n", "service.window_seconds"),
-    ("[kafka]\ndead_letter_topic='streamdp.events'\n[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\n"
+    ("[service]\nwindow_seconds = 1e-300\norigin = 0\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n", "service.window_seconds"),
+    ("[kafka]\ndead_letter_topic='streamdp.events'\n[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='top_k'\n"
      "epsilon=1\n", "kafka.dead_letter_topic"),
-    ("[kafka]\noutput_prefix=''\ninput_topic='a'\n[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\n"
+    ("[kafka]\noutput_prefix=''\ninput_topic='a'\n[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='top_k'\n"
      "epsilon=1\n", "query[0].id (output topic)"),
-    ("[kafka]\ngroup_id=''\n[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n",
+    ("[kafka]\ngroup_id=''\n[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n",
      "kafka.group_id"),
-    ("[service]\nwindow_seconds = 60\n[budget]\ncgp_delta = 5\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[budget]\ncgp_delta = 5\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
      "budget.cgp_delta"),
-    ("[service]\nwindow_seconds = 60\nhorizon = 0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
+    ("[service]\nwindow_seconds = 60\norigin = 0\nhorizon = 0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n",
      "service.horizon"),
-    ("[service]\nwindow_seconds = 60\n", "query"),
-    ("[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n"
+    ("[service]\nwindow_seconds = 60\norigin = 0\n", "query"),
+    ("[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n"
      "[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n", "query[1].id"),
-    ("[service\nwindow_seconds = 60\n", "not valid TOML"),
-    ("[kafka]\nsecurity_protocol='TLS'\n[service]\nwindow_seconds = 60\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n",
+    ("[service\nwindow_seconds = 60\norigin = 0\n", "not valid TOML"),
+    ("[kafka]\nsecurity_protocol='TLS'\n[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='a'\nkind='top_k'\nepsilon=1\n",
      "kafka.security_protocol"),
 ])
 def test_config_check_names_the_offending_field(tmp_path, capsys, body, field):
@@ -174,7 +174,7 @@ def test_python_dash_m_reports_a_bad_config_in_one_line(tmp_path, module):
     import sys
 
     p = tmp_path / "bad.toml"
-    p.write_text("[service]\nwindow_seconds = 60\n[budget]\nzcdp_delta = 1.0\n"
+    p.write_text("[service]\nwindow_seconds = 60\norigin = 0\n[budget]\nzcdp_delta = 1.0\n"
                  "[[query]]\nid='a'\nkind='continual_counts'\nsigma=1\n")
     r = subprocess.run([sys.executable, "-m", module, "config", "check", str(p)], capture_output=True, text=True,
                        timeout=60)

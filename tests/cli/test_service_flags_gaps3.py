@@ -16,6 +16,7 @@ from streamdp.outputs.sinks import JsonlSink
 CONFIG = """store = "redis://cfg-host:6379/3"
 [service]
 window_seconds = 60.0
+origin = 0.0
 [kafka]
 bootstrap = "cfg-broker:9092"
 input_topic = "cfg.events"

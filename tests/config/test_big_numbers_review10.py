@@ -18,7 +18,7 @@ US = [24.0, 50.0, -125.0, -66.0]
 
 
 def _raw(service=None, budget=None, kafka=None, query=None) -> dict:
-    raw = {"service": {"window_seconds": 60.0, **(service or {})},
+    raw = {"service": {"window_seconds": 60.0, "origin": 0.0, **(service or {})},
            "query": [query or {"id": "q", "kind": "continual_counts", "sigma": 3.0}]}
     if budget:
         raw["budget"] = budget
@@ -28,8 +28,8 @@ def _raw(service=None, budget=None, kafka=None, query=None) -> dict:
 
 
 @pytest.mark.parametrize("raw,field", [
-    (_raw(service={"window_seconds": BIG}), "service.window_seconds"),
-    (_raw(service={"window_seconds": -BIG}), "service.window_seconds"),
+    (_raw(service={"window_seconds": BIG, "origin": 0.0}), "service.window_seconds"),
+    (_raw(service={"window_seconds": -BIG, "origin": 0.0}), "service.window_seconds"),
     (_raw(service={"origin": BIG}), "service.origin"),
     (_raw(service={"allowed_lateness": BIG}), "service.allowed_lateness"),
     (_raw(service={"horizon": BIG}), "service.horizon"),
@@ -75,7 +75,7 @@ def test_config_check_reports_the_reviewers_file_in_one_line(tmp_path):
 
 def test_demo_config_with_a_huge_integer_is_one_line(tmp_path, capsys):
     p = tmp_path / "bigint.toml"
-    p.write_text("[service]\nwindow_seconds = 60.0\n[[query]]\nid = \"c\"\nkind = \"continual_counts\"\n"
+    p.write_text("[service]\nwindow_seconds = 60.0\norigin = 0\n[[query]]\nid = \"c\"\nkind = \"continual_counts\"\n"
                  "sigma = 3.0\nmax_items_per_window = 1" + "0" * 400 + "\n")
     assert main(["demo", "--config", str(p), "--limit", "10", "--out", str(tmp_path / "o"), "--no-plot",
                  "--quiet"]) != 0

@@ -50,18 +50,18 @@ def test_inf_is_unlimited():
 def test_a_config_budget_past_the_range_names_the_field_and_the_maximum(key, value):
     with pytest.raises(ConfigError, match=rf"^budget\.{key}: a finite budget must be < {MAX}.*"
                                           r"set-default --rho inf"):
-        parse_config({"service": {"window_seconds": 60.0}, "budget": {key: value}, "query": Q})
+        parse_config({"service": {"window_seconds": 60.0, "origin": 0.0}, "budget": {key: value}, "query": Q})
 
 
 def test_a_config_budget_below_the_range_is_kept():
-    cfg = parse_config({"service": {"window_seconds": 60.0}, "budget": {"zcdp_rho": 9e6, "zcdp_delta": 0.5},
+    cfg = parse_config({"service": {"window_seconds": 60.0, "origin": 0.0}, "budget": {"zcdp_rho": 9e6, "zcdp_delta": 0.5},
                         "query": Q})
     assert cfg.budget.zcdp_rho == 9e6 and cfg.budget.zcdp_delta == 0.5
 
 
 def test_config_check_refuses_the_reviewers_file(tmp_path, capsys):
     p = tmp_path / "bigbudget.toml"
-    p.write_text('[service]\nwindow_seconds = 60.0\n[budget]\nzcdp_rho = 1e30\n[[query]]\nid = "a"\nkind = "top_k"\n'
+    p.write_text('[service]\nwindow_seconds = 60.0\norigin = 0\n[budget]\nzcdp_rho = 1e30\n[[query]]\nid = "a"\nkind = "top_k"\n'
                  "epsilon = 1.0\n")
     assert main(["config", "check", str(p)]) == 1
     err = capsys.readouterr().err

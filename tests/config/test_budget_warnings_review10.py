@@ -27,7 +27,7 @@ CC = {"id": "cc", "kind": "continual_counts", "sigma": 1.0, "delta_item": 1e-6, 
 
 
 def _cfg(budget: dict | None, *queries):
-    raw = {"service": {"window_seconds": 100.0, "horizon": 4}, "query": list(queries)}
+    raw = {"service": {"window_seconds": 100.0, "origin": 0.0, "horizon": 4}, "query": list(queries)}
     if budget is not None:
         raw["budget"] = budget
     return parse_config(raw, log_warnings=False)
@@ -103,7 +103,7 @@ def test_budget_warnings_is_a_function_of_budget_and_queries():
 
 def test_config_check_prints_the_warnings_and_exits_0(tmp_path, capsys):
     p = tmp_path / "nobudget.toml"
-    p.write_text('[service]\nwindow_seconds = 86400.0\n[[query]]\nid = "c"\nkind = "continual_counts"\nsigma = 3.0\n')
+    p.write_text('[service]\nwindow_seconds = 86400.0\norigin = 0\n[[query]]\nid = "c"\nkind = "continual_counts"\nsigma = 3.0\n')
     assert main(["config", "check", str(p)]) == 0
     out = capsys.readouterr()
     assert out.out.strip() == f"{p}: OK — 1 query: c (continual_counts) — 1 warning (stderr)"
@@ -123,7 +123,7 @@ def test_config_check_of_a_clean_config_prints_no_warning(capsys):
 
 
 def test_the_loader_logs_the_warnings(caplog):
-    raw = {"service": {"window_seconds": 60.0}, "query": [dict(CC)]}
+    raw = {"service": {"window_seconds": 60.0, "origin": 0.0}, "query": [dict(CC)]}
     with caplog.at_level(logging.WARNING, logger="streamdp.config"):
         parse_config(copy.deepcopy(raw))
     assert [r.getMessage() for r in caplog.records if r.name == "streamdp.config"] == [
@@ -138,7 +138,7 @@ def test_run_logs_the_warnings_once_its_log_is_set_up(tmp_path, capsys, monkeypa
     import streamdp.cli.service as service
 
     p = tmp_path / "cc1.toml"
-    p.write_text('[service]\nwindow_seconds = 100.0\n[budget]\nzcdp_rho = 1.0\nzcdp_delta = 1e-3\n[[query]]\n'
+    p.write_text('[service]\nwindow_seconds = 100.0\norigin = 0\n[budget]\nzcdp_rho = 1.0\nzcdp_delta = 1e-3\n[[query]]\n'
                  'id = "cc"\nkind = "continual_counts"\nsigma = 1.0\nmax_items_per_window = 2\n')
 
     def stop(*a, **k):

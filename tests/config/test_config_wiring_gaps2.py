@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _cfg(query: dict, **service) -> dict:
-    return {"service": {"window_seconds": 60.0, **service}, "query": [{"id": "q", **query}]}
+    return {"service": {"window_seconds": 60.0, "origin": 0.0, **service}, "query": [{"id": "q", **query}]}
 
 
 # ------------------------------------------------------------------------------------------------ horizon wiring

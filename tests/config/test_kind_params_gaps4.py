@@ -23,7 +23,7 @@ US = [24.0, 50.0, -125.0, -66.0]
 
 
 def _build(query: dict):
-    (q,) = parse_config({"service": {"window_seconds": 60.0, "horizon": 8},
+    (q,) = parse_config({"service": {"window_seconds": 60.0, "origin": 0.0, "horizon": 8},
                          "query": [{"id": "q", **query}]}).build_queries()
     return q
 
@@ -58,7 +58,7 @@ def test_an_integral_float_is_the_integer():
 def test_a_query_id_with_a_slash_is_refused():
     for bad in ("a/b", "/", "counts/1"):
         with pytest.raises(ConfigError, match=r"query\[0\]\.id: must be a non-empty string without '/'"):
-            parse_config({"service": {"window_seconds": 60.0},
+            parse_config({"service": {"window_seconds": 60.0, "origin": 0.0},
                           "query": [{"id": bad, "kind": "continual_counts", "sigma": 1.0}]}).build_queries()
     assert _build({"kind": "continual_counts", "sigma": 1.0}).id == "q"  # control
 

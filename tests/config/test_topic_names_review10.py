@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _parse(qid="q", **kafka):
-    return parse_config({"service": {"window_seconds": 60.0}, "kafka": kafka,
+    return parse_config({"service": {"window_seconds": 60.0, "origin": 0.0}, "kafka": kafka,
                          "query": [{"id": qid, "kind": "continual_counts", "sigma": 1.0}]})
 
 
@@ -74,7 +74,7 @@ def test_a_topic_or_prefix_kafka_cannot_use_names_the_field(key, value, message)
 ])
 def test_topics_that_differ_only_by_dot_and_underscore_collide(kafka, qids, field):
     with pytest.raises(ConfigError, match=rf"^{field}.*Kafka treats '\.' and '_' in topic names as colliding"):
-        parse_config({"service": {"window_seconds": 60.0}, "kafka": kafka,
+        parse_config({"service": {"window_seconds": 60.0, "origin": 0.0}, "kafka": kafka,
                       "query": [{"id": q, "kind": "continual_counts", "sigma": 1.0} for q in qids]})
 
 
@@ -93,7 +93,7 @@ def test_every_shipped_config_still_passes_and_names_legal_topics(path):
 
 def test_config_check_and_demo_refuse_the_nul_id_in_one_line(tmp_path, capsys):
     p = tmp_path / "nul.toml"
-    p.write_text('[service]\nwindow_seconds = 60.0\n[[query]]\nid = "a\\u0000b"\nkind = "continual_counts"\n'
+    p.write_text('[service]\nwindow_seconds = 60.0\norigin = 0\n[[query]]\nid = "a\\u0000b"\nkind = "continual_counts"\n'
                  "sigma = 3.0\n")
     assert main(["config", "check", str(p)]) == 1
     err = capsys.readouterr().err

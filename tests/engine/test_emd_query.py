@@ -265,7 +265,7 @@ def test_user_at_budget_is_halted_and_later_events_change_no_output(kind):
 
 # ------------------------------------------------------------------------------------------------ config
 def _cfg(query: dict) -> dict:
-    return {"service": {"window_seconds": 60.0}, "budget": {"emd_alpha": 10.0}, "query": [query]}
+    return {"service": {"window_seconds": 60.0, "origin": 0.0}, "budget": {"emd_alpha": 10.0}, "query": [query]}
 
 
 LIN = {"id": "a", "kind": "emd_linear", "alpha": 1.0, "features": {"x": [0.0], "y": [1.0]}, "lipschitz": 1.0}

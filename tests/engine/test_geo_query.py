@@ -301,7 +301,7 @@ def test_geo_convex_hull_tracks_the_true_hull():
 
 # ------------------------------------------------------------------------------------------------ config
 def _cfg(query: dict) -> dict:
-    return {"service": {"window_seconds": 60.0}, "budget": {"cgp_rho": 1e-6}, "query": [query]}
+    return {"service": {"window_seconds": 60.0, "origin": 0.0}, "budget": {"cgp_rho": 1e-6}, "query": [query]}
 
 
 @pytest.mark.parametrize("query,field", [

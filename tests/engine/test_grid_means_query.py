@@ -271,7 +271,7 @@ def test_config_builds_estimator_options():
     assert q.origin == (40.0, -74.0) and q.min_users == 1 and q.estimator_name == "baseline"
 
 
-BASE = "[service]\nwindow_seconds = 60\n[[query]]\nid='m'\nkind='grid_means'\n"
+BASE = "[service]\nwindow_seconds = 60\norigin = 0\n[[query]]\nid='m'\nkind='grid_means'\n"
 
 
 @pytest.mark.parametrize("body,field", [

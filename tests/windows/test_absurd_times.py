@@ -1,7 +1,7 @@
 """Absurd timestamps inside the accepted range (DESIGN.md §6), before any watermark exists: one event years ahead
 (or decades behind) in the FIRST batch must be dead-lettered, not set the watermark (every window up to it due at
-once, every later event late) or the derived origin (every window from it due). Both ingestion paths: the
-embedded engine and the Kafka worker's canonical stage."""
+once, every later event late). Both ingestion paths: the embedded engine and the Kafka worker's canonical stage.
+(The origin is always configured since 2026-11-23: one derived from the first event leaked that event's time.)"""
 
 import copy
 
@@ -21,7 +21,8 @@ from streamdp.windows.tumbling import absurd_times, stream_position
 
 T0 = 1_700_000_000.0
 DAY = 86400.0
-RAW = {"service": {"window_seconds": 3600.0, "horizon": 16, "unsafe_test_seed": 5},  # no origin: derived
+ORIGIN = (T0 + 17.0) // 3600.0 * 3600.0  # the hour of the first good event
+RAW = {"service": {"window_seconds": 3600.0, "horizon": 16, "unsafe_test_seed": 5, "origin": ORIGIN},
        "budget": {"zcdp_rho": 5.0, "zcdp_delta": 1e-4},
        "query": [{"id": "c", "kind": "continual_counts", "sigma": 1.0, "max_items_per_window": 1}]}
 
@@ -49,15 +50,11 @@ def test_stream_position_is_the_watermark_or_the_batch_upper_median():
 
 
 def test_absurd_times_bounds():
-    # bounds: 1000 − 10 − 100 and 1000 + 100 (1101 comes before 1100: nothing accepted before it is past 1000)
+    # bound: 1000 + 100 (1101 comes before 1100: nothing accepted before it is past 1000)
     ts = np.array([0.0, 889.0, 890.0, 1000.0, 1101.0, 1100.0])
-    fut, past = absurd_times(ts, 1000.0, max_future=100.0, allowed_lateness=10.0, derive_origin=True)
+    fut = absurd_times(ts, 1000.0, max_future=100.0)
     assert fut.tolist() == [False, False, False, False, True, False]  # > position + max_future
-    assert past.tolist() == [True, True, False, False, False, False]  # < position − lateness − max_future
-    fut, past = absurd_times(ts, 1000.0, max_future=100.0, allowed_lateness=10.0, derive_origin=False)
-    assert not past.any() and fut.sum() == 1  # the origin is known: the past is the late rule's business
-    fut, past = absurd_times(ts, 1000.0, max_future=None, allowed_lateness=10.0, derive_origin=True)
-    assert not fut.any() and not past.any()
+    assert not absurd_times(ts, 1000.0, max_future=None).any()
 
 
 def test_a_batch_own_in_order_progress_counts():
@@ -65,17 +62,17 @@ def test_a_batch_own_in_order_progress_counts():
     earlier event of the batch (review of 2026-11-23: a 90-day backfill in one fetch lost every event more than 30
     days past the batch's median, and a partition's 40-day backlog in one fetch lost its last 10 days)."""
     ts = np.array([1000.0, 1100.0, 1200.0, 1300.0, 1299.0, 1500.0, 1600.0])
-    fut, _ = absurd_times(ts, 1000.0, max_future=100.0, allowed_lateness=0.0, derive_origin=False)
+    fut = absurd_times(ts, 1000.0, max_future=100.0)
     # a chain of steps ≤ 100 is accepted; 1500 is 200 past the newest accepted (1300) and refused, and being
     # refused it is no reference: 1600 is 300 past 1300
     assert fut.tolist() == [False, False, False, False, False, True, True]
     # an absurd time anywhere is refused, and so is a second one right behind it
     ts = np.array([1000.0, 1050.0, 9e9, 9e9 + 1.0, 1060.0, 1150.0])
-    fut, _ = absurd_times(ts, 1000.0, max_future=100.0, allowed_lateness=0.0, derive_origin=False)
+    fut = absurd_times(ts, 1000.0, max_future=100.0)
     assert fut.tolist() == [False, False, True, True, False, False]
     # the earlier events of the batch count from the start, flagged or not by the position alone
     ts = np.array([1090.0, 1180.0, 1270.0])
-    fut, _ = absurd_times(ts, 1000.0, max_future=100.0, allowed_lateness=0.0, derive_origin=False)
+    fut = absurd_times(ts, 1000.0, max_future=100.0)
     assert not fut.any()
 
 

@@ -35,10 +35,12 @@ def test_watermark_is_min_over_partitions_with_idle_timeout():
     assert w.watermark_at(now=10.0) == 101.0
 
 
-def test_origin_defaults_to_aligned_first_event():
-    w = TumblingWindows(3600.0)
-    w.ensure_origin(7300.0)
-    assert w.origin == 7200.0
+@pytest.mark.parametrize("origin", [None, math.nan, math.inf, -math.inf, True, "0"])
+def test_origin_is_required_and_finite(origin):
+    """Windows are numbered from a configured, public time: an origin derived from the first event would put that
+    event's time into every published window's bounds (privacy review of 2026-11-23, F2)."""
+    with pytest.raises(ValueError, match="origin"):
+        TumblingWindows(3600.0, origin)
 
 
 def test_state_round_trip():
@@ -52,4 +54,4 @@ def test_state_round_trip():
 @pytest.mark.parametrize("length", [0.0, -1.0, math.inf])
 def test_bad_length(length):
     with pytest.raises(ValueError):
-        TumblingWindows(length)
+        TumblingWindows(length, 0.0)

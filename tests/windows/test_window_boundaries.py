@@ -227,7 +227,7 @@ def test_allowed_lateness_is_bounded_by_the_accepted_time_range():
     from streamdp.config.loader import parse_config
 
     def cfg(lateness):
-        return {"service": {"window_seconds": 0.001, "allowed_lateness": lateness},
+        return {"service": {"window_seconds": 0.001, "origin": 0.0, "allowed_lateness": lateness},
                 "query": [{"id": "q", "kind": "continual_counts", "sigma": 1.0}]}
 
     for ok in (0.0, 3600.0, 7_258_118_400.0):

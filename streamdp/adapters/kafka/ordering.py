@@ -17,10 +17,9 @@ Rejections happen on arrival with the engine's own rules and reason codes: ``lat
 ``before_origin`` and ``too_far_in_future`` (more than ``max_future_seconds`` after the newest time accepted
 before it: the partition's own newest event time, else the watermark, else the batch's upper median — see
 :func:`~streamdp.windows.tumbling.stream_position` — or an earlier accepted event of the same batch, see
-:func:`~streamdp.windows.tumbling.absurd_times`; while the origin is still to be derived, times as far before it
-are ``before_origin``); they are counted in the engine's counters. Determinism holds when the origin is
-configured, each partition's disorder stays within ``allowed_lateness`` (then no event is late, whatever the
-timing) and no idle timeout fires.
+:func:`~streamdp.windows.tumbling.absurd_times`); they are counted in the engine's counters. Determinism holds
+when each partition's disorder stays within ``allowed_lateness`` (then no event is late, whatever the timing) and
+no idle timeout fires.
 """
 
 from __future__ import annotations
@@ -227,13 +226,11 @@ class CanonicalStage:
         wm = self.wm.watermark(now)
         own = self.wm.max_ts.get(int(partition), -math.inf)
         pos = stream_position(batch.ts, max(wm, own - c.allowed_lateness), c.allowed_lateness)
-        future, past = absurd_times(batch.ts, pos, c.max_future_seconds, c.allowed_lateness, W.origin is None)
-        if W.origin is None:  # from the batch's sane times (its median always is one)
-            W.ensure_origin(float(batch.ts[~(future | past)].min()))
+        future = absurd_times(batch.ts, pos, c.max_future_seconds)
         t = W.window_of(batch.ts)
         reasons = np.full(n, None, dtype=object)
         reasons[t <= W.last_closed] = "late"
-        reasons[(t < 1) | past] = "before_origin"
+        reasons[t < 1] = "before_origin"
         reasons[future & (reasons == None)] = "too_far_in_future"  # noqa: E711
         ok = reasons == None  # noqa: E711
         rejected = [(int(i), str(reasons[i])) for i in np.flatnonzero(~ok)]
@@ -254,8 +251,6 @@ class CanonicalStage:
     def due_until(self, now: float | None = None, flush: bool = False) -> int:
         """The last window that may close now (``flush``: every window holding events)."""
         W = self.engine.windows
-        if W.origin is None:
-            return W.last_closed
         if flush:
             return max([W.last_closed] + list(self.held))
         wm = self.wm.watermark(now)
