@@ -38,6 +38,8 @@ from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, SCALES, Cost, budge
 from streamdp.config.kinds import ConfigError, Param, build_query, shown, topic_chars_problem, topic_problem
 from streamdp.input.events import MAX_TS
 
+STORE_SCHEMES = ("redis://", "rediss://", "unix://")  # the stores `streamdp run` accepts (cli/service.py)
+
 SERVICE_PARAMS = (
     # ≥ 1 ms: window numbers of any accepted event time (< MAX_TS) then fit in int64
     Param("window_seconds", "float", "tumbling window length in seconds of event time", required=True, min=1e-3),
@@ -188,6 +190,10 @@ def parse_config(raw: dict, *, log_warnings: bool = True) -> ServiceConfig:
     store = raw.get("store")
     if store is not None and not isinstance(store, str):
         raise ConfigError("store: must be a URL string")
+    if store is not None and not store.startswith(STORE_SCHEMES):  # `streamdp run` refuses it at start: say so now
+        raise ConfigError(f"store: must be a Redis URL ({', '.join(s + '…' for s in STORE_SCHEMES)}), got "
+                          f"{shown(store)}: it is the service's budget store (the demo keeps budgets in memory "
+                          "unless given --store)")
     cfg = ServiceConfig(service=service, budget=Cost(**budget), kafka=kafka, query_tables=queries, store=store,
                         raw=raw)
     queries_built = cfg.build_queries()  # validates every query table (and constructs them once)
@@ -223,27 +229,50 @@ def budget_warnings(budget: Cost, queries: list) -> list[str]:
     reg = kinds()
     bvec = budget_vector(budget)
     out = []
+    total = [0] * len(COMPONENTS)  # the sum of the per-window worst cases (the engine admits against the sum)
+    summed: list[str] = []
+    single_over = set()
     for i, q in enumerate(queries):
         kind = (q.config_params or {}).get("kind", q.kind)
         k = reg.get(kind)
         notion = k.notion if k is not None else q.notion
         main = f"{notion}_alpha" if notion == "emd" else f"{notion}_rho"
         where = f"query[{i}] {q.id!r} ({kind}, notion {notion})"
+        cost = cvec = None
+        if k is not None and k.window_cost is not None:
+            cost, basis = k.window_cost(q)
+            try:
+                cvec = cost.to_fixed()
+            except (OverflowError, ValueError) as e:  # no admission could ever charge it: refuse now, not mid-run
+                raise ConfigError(f"query[{i}] {q.id!r}: the worst-case cost of one window ({basis}) does not fit "
+                                  f"the fixed-point ledger ({e}); lower the parameters that raise it (e.g. "
+                                  "max_items_per_window) or the per-release cost") from None
         if bvec[COMPONENTS.index(main)] == 0:
             out.append(f"{where}: the default budget [budget] {main} is 0, so every user would be halted (for good) "
                        f"at their first event of this query; set [budget] {main} (or the store's default: "
                        "`streamdp budget set-default`)")
             continue
-        if k is None or k.window_cost is None:
+        if cvec is None:
             continue
-        cost, basis = k.window_cost(q)
-        cvec = cost.to_fixed()
         over = [j for j, c in enumerate(COMPONENTS) if c.split("_")[0] == notion and cvec[j] > bvec[j]]
         if over:
             names = [COMPONENTS[j] for j in over]
             out.append(f"{where}: one window can cost a user {_component_text({c: cost.as_dict()[c] for c in names})} "
                        f"({basis}), more than the default budget {_component_text({c: budget.as_dict()[c] for c in names})}"
                        "; users who reach it are halted (for good) in their first window")
+            single_over.update(over)
+        total = [a + int(b) for a, b in zip(total, cvec)]
+        summed.append(f"query[{i}] {q.id!r}")
+    # one admit per window charges the SUM of every query's cost (engine.close_window): queries that each fit can
+    # together exceed the budget (config review of 2026-11-23, F6)
+    over = [j for j in range(len(COMPONENTS)) if total[j] > bvec[j] and j not in single_over]
+    if over and len(summed) > 1:
+        names = [COMPONENTS[j] for j in over]
+        tot = {COMPONENTS[j]: total[j] / SCALES[j] for j in over}
+        out.append(f"together, the per-window worst cases of {', '.join(summed)} add up to {_component_text(tot)}, "
+                   f"more than the default budget {_component_text({c: budget.as_dict()[c] for c in names})} (one "
+                   "admission per window charges the sum); users who reach it are halted (for good) in their first "
+                   "window")
     return out
 
 

@@ -106,11 +106,23 @@ def apply_clustered_inverse(v, c: int, g: int, gamma: float, alpha0: float) -> n
     return a * v + b * np.repeat(cluster_sums, g) + e * v.sum()
 
 
+MIN_SEPARATION = 1e-9  # least 1 − e^{−α0·γ} (= u·Z) the closed-form inverse of the k-RR matrix is computed for
+
+
 class ClusteredKRR:
     """The α0-d_X-DP metric k-RR on the clustered metric (an :class:`ItemRandomizer`)."""
 
     def __init__(self, c: int, g: int, gamma: float, alpha0: float):
         self.c, self.g, self.gamma, self.alpha0 = _params(c, g, gamma, alpha0)
+        # The estimator inverts T in closed form through u = p − q = (1 − e^{−α0·γ})/Z. Below MIN_SEPARATION the
+        # float difference loses most of its digits (relative error ≈ 1e-16 / (1 − e^{−α0·γ})) and at ≈ 1e-16 it
+        # is 0 (a division by zero at the first window close, after users were charged: config review of
+        # 2026-11-23, F4). Such an α0 gives no usable estimate anyway (the variance grows as 1/u²).
+        sep = -math.expm1(-self.alpha0 * self.gamma)
+        if not sep >= MIN_SEPARATION:
+            raise ValueError(f"alpha0: {alpha0!r} is too small with gamma = {gamma!r} for the frequency estimator: "
+                             f"1 − e^(−alpha0·gamma) = {sep:.3g} < {MIN_SEPARATION:g} (the inverse of the k-RR "
+                             "matrix is not resolvable in floating point)")
         self.k = self.c * self.g
         self.p, self.q, self.r = _pqr(self.c, self.g, self.gamma, self.alpha0)
 
