@@ -14,8 +14,21 @@ def _check_continual_counts(where, a):
 
 
 def _continual_counts(qid, *, horizon, **kw):
+    import math
+
+    from streamdp.accounting.cost import LOSS_SCALE, cost_to_fixed
     from streamdp.engine.queries.continual_counts import ContinualCounts
 
+    # The per-item cost ρ = C²·⌈log2(L+1)⌉/(2σ²) (DESIGN §3) must be a finite cost on the fixed-point ledger: a σ too
+    # small gave "float division by zero" or "zcdp_rho must be finite" without the field (config review, F7).
+    sigma, c = kw["sigma"], kw["max_per_item"]
+    levels = math.ceil(math.log2(horizon + 1))
+    try:
+        rho = c * c * levels / (2.0 * sigma * sigma)
+        cost_to_fixed(rho, LOSS_SCALE)
+    except (ArithmeticError, ValueError):
+        raise ValueError(f"sigma: {sigma!r} is too small: the per-item cost C²·⌈log2(L+1)⌉/(2σ²) with C = {c}, "
+                         f"L = {horizon} does not fit the fixed-point ledger (ρ < 9.2e6)") from None
     return ContinualCounts(qid, horizon=horizon, **kw)
 
 

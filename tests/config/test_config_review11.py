@@ -71,3 +71,13 @@ def test_a_store_that_run_refuses_is_refused_by_config_check(store):
 @pytest.mark.parametrize("store", ["redis://localhost:6379/0", "rediss://h:6380/1", "unix:///run/redis.sock"])
 def test_redis_stores_are_accepted(store):
     assert parse_config(_raw([dict(CC)], store=store)).store == store
+
+
+# ---- F7: a sigma too small for the ledger names sigma (was "float division by zero" / "zcdp_rho must be finite")
+@pytest.mark.parametrize("sigma", [1e-300, 1e-160, 1e-7])
+def test_a_tiny_sigma_names_the_field(sigma):
+    q = {"id": "c", "kind": "continual_counts", "sigma": sigma}
+    with pytest.raises(ConfigError, match=r"query\[0\]: .*sigma: .* is too small: the per-item cost"):
+        parse_config(_raw([q]))
+    q["sigma"] = 0.01  # ρ = 7/(2·10⁻⁴) = 35,000 per item: representable, accepted (a budget warning follows)
+    assert parse_config(_raw([q])).build_queries()
