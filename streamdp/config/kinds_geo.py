@@ -8,6 +8,16 @@ from __future__ import annotations
 
 from streamdp.config.kinds import ConfigError, Param, QueryKind, public_window_cost, register
 
+# Upper bounds (config review 11, F3 / F10). They equal streamdp.engine.queries.geo.MAX_HULL_K and MAX_PNN_CYCLES,
+# which the query classes enforce too (literals here: this module does not import the engine at registration;
+# tests/config/test_geo_bounds_review11.py checks that they agree). Why these values: the notes at those constants.
+# k (geo_convex_hull anchor directions): 003 clips its automatic k to [16, 128]; the release allocates O(k) and runs
+# k PNNs after the users were charged, so k = 10**9 crashed the window close. 4096 = 32 x 128 is generous.
+_MAX_HULL_K = 4096
+# max_cycles (PNN's SVT cap): a window close is linear in max_cycles*n*k; gamma0 >= 0 halts within a few cycles and
+# 003's gamma0 = -6/eps within tens, so 10**6 (1000 x the default) is generous and 2**62 (never ends) is refused.
+_MAX_PNN_CYCLES = 1_000_000
+
 _CONVERSION = ("; converted from per unit^2 to the canonical per m^2 of great-circle distance as rho/c^2, "
                "c = R*min(sinc(dlat/2)/b, cos(max|lat|)*sinc(dlon/2)/a) metres per unit over the region "
                "(a = b = 180/pi for degrees; a = R*cos(ref_lat), b = R for metres)")
@@ -96,13 +106,14 @@ register(QueryKind(
     params=(
         Param("k", "int", "neighbours per query point", required=True, min=1),
         Param("rho", "float", "rho-CGP per unit^2 of the whole release (all query points)", required=True, gt=0),
-        Param("points", "list", "public query points [[lat, lon], ...]", required=True),
+        Param("points", "list", "public query points [[lat, lon], ...] in degrees, each inside region (a point "
+              "outside, e.g. with lat and lon swapped, is refused)", required=True),
         Param("select_share", "float", "share of rho spent on the k-PNN selection", default=0.5, gt=0, lt=1),
         Param("neighbourhood", "str", "sensitivity of the released means: 'dist_inf' (1) or 'user' (1/k)",
               default="user", choices=("dist_inf", "user")),
         Param("gamma0_factor", "float", "PNN threshold shift gamma0 = c/eps_j (0: 003 Thm 4.11)", default=0.0),
         Param("max_cycles", "int", "PNN's SVT cap in cycles through the users (then a data-independent "
-              "fallback)", default=1000, min=1),
+              "fallback); a window close is linear in max_cycles*n*k", default=1000, min=1, max=_MAX_PNN_CYCLES),
     ) + _FRAME,
     build=_build("GeoKNN"),
     validate=_validate(_lazy("GeoKNN")),
@@ -124,11 +135,12 @@ register(QueryKind(
               gt=0, lt=1),
         Param("anchor_share", "float", "share of rho for releasing the anchor points", default=0.5, gt=0, lt=1),
         Param("k", "int", "anchor directions (0 = auto: (R*sqrt(rho)/log(n/beta))^(2/3) clipped to "
-              "[k_min, k_max])", default=0, min=0),
-        Param("k_min", "int", "smallest automatic k", default=16, min=1),
-        Param("k_max", "int", "largest automatic k", default=128, min=1),
+              "[k_min, k_max])", default=0, min=0, max=_MAX_HULL_K),
+        Param("k_min", "int", "smallest automatic k", default=16, min=1, max=_MAX_HULL_K),
+        Param("k_max", "int", "largest automatic k", default=128, min=1, max=_MAX_HULL_K),
         Param("gamma0_factor", "float", "PNN threshold shift gamma0 = c/eps_1 (0: 003 Thm 4.11)", default=0.0),
-        Param("max_cycles", "int", "PNN's SVT cap in cycles through the users", default=1000, min=1),
+        Param("max_cycles", "int", "PNN's SVT cap in cycles through the users; a window close is linear in "
+              "max_cycles*n*k", default=1000, min=1, max=_MAX_PNN_CYCLES),
     ) + _FRAME,
     build=_build("GeoConvexHull"),
     validate=_validate(_lazy("GeoConvexHull")),

@@ -80,6 +80,8 @@ __all__ = [
     "GeoLocations",
     "GeoKNN",
     "GeoConvexHull",
+    "MAX_HULL_K",
+    "MAX_PNN_CYCLES",
 ]
 
 #: IUGG mean Earth radius R1 (metres): the sphere on which the canonical great-circle metre is measured.
@@ -90,6 +92,22 @@ CANONICAL_CGP_UNIT = "m"
 UNITS = ("metres", "degrees")
 LOCATION_RULES = ("last", "first", "mean")
 NEIGHBOURHOODS = ("dist_inf", "user")
+
+#: Largest ``k``, ``k_min`` and ``k_max`` of ``geo_convex_hull`` (config review 11, F3). k is the number of anchor
+#: directions of 003 Alg. 4: the release allocates O(k) and runs k PNNs over all n located users, AFTER the users
+#: were charged, so an unbounded k (10**9: 7.45 GiB) crashes the window close and a Kafka worker crash-loops.
+#: 003's automatic k, (R̃·√ρ/log(n/β))^{2/3}, is clipped to [16, 128] in the paper (notes/003.md) and by default
+#: here; 4096 = 32 × 128 anchors, one per 0.09° of direction, is far past the point where more anchors help (each
+#: PNN gets ρ1 = (ρ_A − ρ0)/k, so extra anchors only add noise) and still takes O(k·n) work, seconds per window.
+MAX_HULL_K = 4096
+#: Largest ``max_cycles`` of ``geo_knn`` / ``geo_convex_hull`` (config review 11, F10): PNN's SVT runs up to
+#: max_cycles·m steps per PNN call (k calls per point, or per hull), so a window close is linear in max_cycles·n·k
+#: and 2**62 never ends. With γ0 ≥ 0 (003 Thm 4.10 / 4.11) PNN halts in the first cycle or in expected O(1) cycles;
+#: only a negative ``gamma0_factor`` needs more (003's experiments use −6: halting per visit of the nearest point
+#: has probability about e^{-1}/2, so tens of cycles). The default 1000 already covers that; 10**6 = 1000 × the
+#: default leaves room for factors down to about −70 (~2·10**5 expected cycles) and bounds a runaway window at
+#: 10**6·n·k SVT steps.
+MAX_PNN_CYCLES = 1_000_000
 
 
 def _num(x, name: str) -> float:
@@ -117,10 +135,30 @@ def _choice(x, name: str, choices: tuple) -> str:
     return x
 
 
-def _posint(x, name: str, lo: int = 1) -> int:
+def _posint(x, name: str, lo: int = 1, hi: int | None = None) -> int:
     if isinstance(x, bool) or not isinstance(x, (int, float, np.integer)) or int(x) != x or int(x) < lo:
-        raise ValueError(f"{name}: must be an integer ≥ {lo}, got {x!r}")
+        bound = f"≥ {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name}: must be an integer {bound}, got {x!r}")
+    if hi is not None and int(x) > hi:
+        raise ValueError(f"{name}: must be an integer in [{lo}, {hi}], got {x!r}")
     return int(x)
+
+
+def _point(p, where: str, frame: "PlanarFrame") -> list[float]:
+    """A public query point [lat, lon] (degrees) on the sphere and inside ``frame.region`` (config review 11, F5;
+    as ``knn_point``'s ``queries[j].point``): a point outside spends every located user's ρ on a place nobody meant
+    (an impossible latitude, or [lon, lat] swapped, is nowhere near the region)."""
+    if not isinstance(p, (list, tuple)) or len(p) != 2:
+        raise ValueError(f"{where}: must be [lat, lon], got {p!r}")
+    lat, lon = _num(p[0], f"{where} (lat)"), _num(p[1], f"{where} (lon)")
+    swapped = bool(frame.in_region(np.array([[lon, lat]]))[0])  # [lon, lat] given: the swap lies in the region
+    if abs(lat) > 90.0 or abs(lon) > 180.0:
+        raise ValueError(f"{where}: [lat, lon] = [{lat}, {lon}] is not a location: need |lat| ≤ 90 and |lon| ≤ 180"
+                         + (" (lat and lon swapped?)" if swapped else ""))
+    if not frame.in_region(np.array([[lat, lon]]))[0]:
+        raise ValueError(f"{where}: [lat, lon] = [{lat}, {lon}] lies outside the region {list(frame.region)}"
+                         + (" (lat and lon swapped?)" if swapped else ""))
+    return [lat, lon]
 
 
 def _sinc_half(span_rad: float) -> float:
@@ -378,18 +416,13 @@ class GeoKNN(_GeoQuery):
         self.rho = _pos(rho, "rho")
         if not isinstance(points, (list, tuple)) or len(points) == 0:
             raise ValueError(f"points: must be a non-empty list of [lat, lon], got {points!r}")
-        for p in points:
-            if not isinstance(p, (list, tuple)) or len(p) != 2:
-                raise ValueError(f"points: every point must be [lat, lon], got {p!r}")
-            _num(p[0], "points")
-            _num(p[1], "points")
-        self.points = [[float(p[0]), float(p[1])] for p in points]
+        self.points = [_point(p, f"points[{j}]", self.frame) for j, p in enumerate(points)]
         self.select_share = _num(select_share, "select_share")
         if not (0.0 < self.select_share < 1.0):
             raise ValueError(f"select_share: must lie in (0, 1), got {select_share!r}")
         self.neighbourhood = _choice(neighbourhood, "neighbourhood", NEIGHBOURHOODS)
         self.gamma0_factor = _num(gamma0_factor, "gamma0_factor")
-        self.max_cycles = _posint(max_cycles, "max_cycles")
+        self.max_cycles = _posint(max_cycles, "max_cycles", hi=MAX_PNN_CYCLES)
         self._p = self.frame.to_planar(self.points)
         m = len(self.points)
         self.rho_select = self.select_share * self.rho / m  # per point: k-PNN is ρ_select-CGP (003 Alg. 3)
@@ -447,13 +480,13 @@ class GeoConvexHull(_GeoQuery):
         self.anchor_share = _num(anchor_share, "anchor_share")
         if not (0.0 < self.anchor_share < 1.0):
             raise ValueError(f"anchor_share: must lie in (0, 1), got {anchor_share!r}")
-        self.k = _posint(k, "k", lo=0)
-        self.k_min = _posint(k_min, "k_min")
-        self.k_max = _posint(k_max, "k_max")
+        self.k = _posint(k, "k", lo=0, hi=MAX_HULL_K)
+        self.k_min = _posint(k_min, "k_min", hi=MAX_HULL_K)
+        self.k_max = _posint(k_max, "k_max", hi=MAX_HULL_K)
         if self.k_max < self.k_min:
             raise ValueError(f"k_max: must be ≥ k_min = {self.k_min}, got {k_max!r}")
         self.gamma0_factor = _num(gamma0_factor, "gamma0_factor")
-        self.max_cycles = _posint(max_cycles, "max_cycles")
+        self.max_cycles = _posint(max_cycles, "max_cycles", hi=MAX_PNN_CYCLES)
         self._set_cost(self.rho)  # ρ-CGP (003 Thm 4.16; pch_cost)
 
     def _release(self, rng, xy):
