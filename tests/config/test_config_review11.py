@@ -81,3 +81,13 @@ def test_a_tiny_sigma_names_the_field(sigma):
         parse_config(_raw([q]))
     q["sigma"] = 0.01  # ρ = 7/(2·10⁻⁴) = 35,000 per item: representable, accepted (a budget warning follows)
     assert parse_config(_raw([q])).build_queries()
+
+
+# ---- F7: geo_locations with mechanism 'gp' names epsilon (the key the user set), not rho
+def test_a_gp_epsilon_past_the_ledger_names_epsilon():
+    q = {"id": "g", "kind": "geo_locations", "mechanism": "gp", "epsilon": 1e7, "units": "metres", "ref_lat": 37.0,
+         "region": [24.0, 50.0, -125.0, -66.0]}
+    with pytest.raises(ConfigError, match=r"^query\[0\]\.epsilon: 10000000\.0 \(charged as .* too large"):
+        parse_config(_raw([q], budget={"cgp_rho": 1.0}), log_warnings=False)
+    q["epsilon"] = 1e-3
+    assert parse_config(_raw([q], budget={"cgp_rho": 1.0}), log_warnings=False).build_queries()

@@ -288,14 +288,17 @@ class _GeoQuery(WindowQuery):
         self.location = _choice(location, "location", LOCATION_RULES)
         self.cost = Cost()  # set by subclasses (per canonical m²)
 
-    def _set_cost(self, rho_per_unit2: float) -> None:
+    def _set_cost(self, rho_per_unit2: float, given: str = "rho") -> None:
+        """``given``: the parameter the cost comes from, for the error (``epsilon`` of mechanism 'gp' is charged as
+        ε²/2 ρ; naming ``rho`` there sent the user to a key they did not set — config review of 2026-11-23, F7)."""
         self.rho_unit = float(rho_per_unit2)
         self.cost = Cost.cgp(self.frame.canonical_rho(self.rho_unit))
         try:
             self._cost_fixed = self.cost.to_fixed()
         except OverflowError:
-            raise ValueError(f"rho: {self.rho_unit!r} per unit² is {self.cost.cgp_rho!r} per m², too large for the "
-                             "fixed-point ledger") from None
+            what = "" if given == "rho" else f" (charged as {self.rho_unit!r} ρ per unit²)"
+            raise ValueError(f"{given}: {getattr(self, given, self.rho_unit)!r}{what} is {self.cost.cgp_rho!r} ρ per "
+                             "m², too large for the fixed-point ledger") from None
 
     def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
         users, xy = user_locations(w, self.frame, self.location)
@@ -369,7 +372,7 @@ class GeoLocations(_GeoQuery):
                 raise ValueError("epsilon: is required with mechanism = 'gp'")
             self.epsilon = _pos(epsilon, "epsilon")
             self.rho = None
-            self._set_cost(float(gp_to_cgp(self.epsilon)))  # ε-GP ⇒ ε²/2-CGP (003 Lemma 3.6)
+            self._set_cost(float(gp_to_cgp(self.epsilon)), "epsilon")  # ε-GP ⇒ ε²/2-CGP (003 Lemma 3.6)
 
     def _noise_params(self, n: int) -> dict:
         if self.mechanism == "cgp":
