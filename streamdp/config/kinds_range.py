@@ -16,12 +16,15 @@ _ALG3_COST = (
     "per user located in the query's window: reserve r_i = gamma_l*(B_i - (m-l+1)/m*B) + B/m (000 Alg. 3, exact "
     "integers rounded down; uniform B/m with reuse_savings = false), settle to the executed PIE rounds (all of "
     "r_i for bm0/bm1); B_i -= executed. Recorded per m^2: rho/c^2 (c = metres per unit: 1000 for km, exact; "
-    "region bound for lat/lon), rounded up. Users without a location pay nothing and keep B_i; windows without "
-    "a registered query release {query_index: null} at no cost"
+    "region bound for lat/lon), rounded up, capped at P - C_i (P = B/c^2 rounded up, the published cost.cgp.rho; "
+    "C_i = what the sequence has charged user i): no user pays more than P over the sequence, and never less "
+    "than ceil((B - B_i)/c^2) >= their executed total. Users without a location pay nothing and keep B_i; windows "
+    "without a registered query release {query_index: null} at no cost"
 )
 
 _FRAME = (
-    Param("budget_rho", "float", "B: each user's CGP budget for the whole sequence of m queries, rho per unit^2",
+    Param("budget_rho", "float", "B: each user's CGP budget for the whole sequence of m queries, rho per unit^2; "
+          "converted to m^2 and rounded down it must give each query >= rounds grid units of 1e-12 per m^2",
           required=True, gt=0),
     Param("units", "str", "distance unit of coordinates, sides and rho: 'km' / 'm' (planar [x, y] input, or "
           "[lat, lon] with projection = 'equirectangular') or 'degrees' ([lat, lon] used as planar (lon, lat))",

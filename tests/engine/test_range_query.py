@@ -112,9 +112,14 @@ def test_reservations_follow_alg3_and_settle_exactly_in_metres():
         for u in located:
             r = alg3(remaining[u], B, l, m)  # the known answer, exact integers
             assert r >= B // m  # Alg. 3 invariant: every query gets at least B/m
-            # reserved in the canonical metre: ρ per km² = 10⁶·ρ per m², so ⌈r/10⁶⌉ on the 1e-12 grid
-            assert admitted[u][CGP] == -(-r // 10**6), (u, l)
-            assert admitted[u][CGP] / LOSS_SCALE >= convert_cgp_rho(r / LOSS_SCALE, "km", "m") * (1 - 1e-15)
+            # reserved in the canonical metre: ρ per km² = 10⁶·ρ per m², so ⌈r/10⁶⌉ on the 1e-12 grid, capped at
+            # what the published bound P = ⌈B/10⁶⌉ leaves (review 11, F2: rounding every query up on its own
+            # charged up to m units over P)
+            P = q.budget_canonical
+            assert P == -(-B // 10**6)
+            assert admitted[u][CGP] == min(-(-r // 10**6), P - spent[u]), (u, l)
+            # never below the real cost: spent + reservation covers everything executed so far plus r
+            assert (spent[u] + admitted[u][CGP]) * 10**6 >= B - remaining[u] + r
             # executed E (per km², from the query's bookkeeping) is a whole number of even PIE rounds, ≤ r
             E = remaining[u] - int(after[w][e.users.index[u]])
             rounds = np.cumsum(split_rounds(reservation_to_rho(np.array([r])), 4, "even")[0])
@@ -122,9 +127,10 @@ def test_reservations_follow_alg3_and_settle_exactly_in_metres():
             assert 0 < E <= r
             # settled to ⌈E/10⁶⌉ exactly (no settle call when nothing changed)
             act = settled.get(u, admitted[u])[CGP]
-            assert act == -(-E // 10**6), (u, l)
+            assert act == min(-(-E // 10**6), P - spent[u]), (u, l)
             remaining[u] -= E
             spent[u] += act
+            assert spent[u] * 10**6 >= B - remaining[u] and spent[u] <= P  # covers the real cost, never past P
         if "noloc" in admitted:
             assert admitted["noloc"][CGP] == 0
     for u, s_ in spent.items():

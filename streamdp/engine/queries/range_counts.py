@@ -21,6 +21,25 @@ region's folding cap (:class:`~streamdp.engine.queries.geo.PlanarFrame`) and the
 ``convert_cgp_rho(R·10⁻¹², c, "m")`` rounded up.
 Both maps are monotone, so executed ≤ reserved holds in the canonical unit too.
 
+**The published bound** (``budget_canonical``: the record's ``cost.cgp.rho``, ``budget_cgp_rho_per_m2`` in
+``config check``) is P = canonical(B), B converted once and rounded up: Alg. 3 spends at most B per unit² over the
+sequence (Σ_l executed_l = B − B_i ≤ B), so the real whole-sequence cost per m² is ≤ B/c² ≤ P. Rounding every query
+up on its own would add up to one grid unit per query (m units over P: the review-11 F2 defect), so the ledger
+keeps, per user, C_i = what this sequence has charged them (canonical fixed point) and records for query l
+
+    reserve_l = min(canonical(r_i), P − C_i),        settle_l = min(canonical(executed_i), P − C_i)
+
+i.e. the per-query cost rounded up, capped so that C_i never passes P. Never below the real cost: by induction
+C_i ≥ the real executed cost so far, per m² (each uncapped term is that query's cost rounded up; once capped,
+C_i = P ≥ the real cost of all of B ≥ of B − B_i), so spent + reservation always covers the user's real total after
+the release, which is what the filter needs (DESIGN §3); and settle ≤ reserve (monotone, same cap). So spent + reservation from one sequence ≤ P: a user whose
+``[budget] cgp_rho`` covers the published bounds is never halted. PIE still gets Alg. 3's r_i (per unit²) unchanged;
+only the ledger's rounding is capped.
+
+**Split rule** (docs/query_range.md "Budgets must satisfy B/m ≥ c grid units"): the budget, converted to the
+canonical unit and rounded DOWN, must give each of the m queries at least ``rounds`` grid units (10⁻¹² per m²),
+⌊canonical(B)⌋ // m ≥ c, and B // m ≥ c on the per-unit² grid; otherwise ``budget_rho`` is refused at config time.
+
 **Coordinates** (:class:`Coordinates`). ``projection = "none"`` with ``units = "m" | "km"``: ``loc`` is a planar
 point [x, y] in that unit. ``projection = "equirectangular"`` (units m or km): ``loc`` is [lat, lon] in degrees,
 projected around ``ref_lat`` to (x, y) = (R·cos(ref_lat)·λ, R·φ) and scaled to the unit; ``region`` (required)
@@ -152,6 +171,15 @@ def parse_entries(entries, fields: dict[str, bool], name: str = "queries") -> li
     return out
 
 
+def _up6(x: float) -> str:
+    """``x`` > 0 printed with 6 significant digits, rounded UP (a printed minimum budget is never below the real one)."""
+    e = math.floor(math.log10(x)) - 5
+    k = math.floor(x / 10.0**e)
+    while float(f"{k}e{e}") < x:
+        k += 1
+    return f"{float(f'{k}e{e}'):.6g}"
+
+
 # ---------------------------------------------------------------------------------------------- fixed point
 def fixed_up(x, scale: int = LOSS_SCALE) -> np.ndarray:
     """Each cost rounded UP to the grid: :func:`~streamdp.accounting.cost.costs_to_fixed`."""
@@ -227,6 +255,17 @@ class Coordinates:
             return a.copy()
         return self.frame.to_planar(a) * self.scale
 
+    def canonical_floor(self, unit_fixed: int) -> int:
+        """A budget: fixed-point ρ per unit² → fixed-point ρ per canonical m², rounded DOWN (never over-grant).
+        Float path: ⌊·⌋ of the converted value lowered by 2⁻⁴⁰ relative, below the float product's rounding."""
+        r = int(unit_fixed)
+        if r <= 0:
+            return 0
+        if self.exact_q is not None:
+            return r // self.exact_q  # ⌊R/q⌋ exactly
+        rho_m = float(convert_cgp_rho(r / LOSS_SCALE, self.metres_per_unit, CANONICAL_CGP_UNIT))
+        return budget_to_fixed(rho_m * (1.0 - 2.0**-40), LOSS_SCALE)
+
     def canonical_fixed(self, unit_fixed) -> np.ndarray:
         """Fixed-point ρ per unit² → fixed-point ρ per canonical m², rounded up (monotone in its input)."""
         r = np.asarray(unit_fixed, dtype=np.int64)
@@ -297,11 +336,38 @@ class SequentialAdaptiveQuery(WindowQuery):
         if self.B >= _EXACT:
             raise ValueError(f"budget_rho: must be < {_EXACT / LOSS_SCALE:.0f} per unit² (exact fixed point), "
                              f"got {budget_rho!r}")
-        if self.B // self.m < self.rounds:
-            raise ValueError(f"budget_rho: {budget_rho!r} per unit² is too small to split into m = {self.m} queries "
-                             f"of {self.rounds} rounds on the 1e-12 grid")
+        # split rule, on both grids: every query must get ≥ c (= rounds) grid units of 1e-12, per unit² (PIE's
+        # round budgets) and per m² (the ledger, where each query's cost is rounded up: module notes)
+        need = self.m * self.rounds
+        floor_m2 = self.coords.canonical_floor(self.B)  # B per m², rounded down
+        if self.B // self.m < self.rounds or floor_m2 // self.m < self.rounds:
+            raise ValueError(
+                f"budget_rho: {budget_rho!r} per {self.coords.units}² is {floor_m2} grid unit(s) of 1e-12 per m² "
+                f"(the ledger's unit, rounded down; {self.B} per {self.coords.units}²), too small to give each of "
+                f"the m = {self.m} queries rounds = {self.rounds} units: B/m must be ≥ {self.rounds}e-12 per m², "
+                f"i.e. budget_rho ≥ {_up6(self._min_budget_rho(need))} per {self.coords.units}² "
+                f"(docs/query_range.md)")
+        # P: the published whole-sequence bound per m², B converted once and rounded up (module notes); a user's
+        # charges by this sequence are capped at P (C_i ≤ P), so it is true
         self.budget_canonical = int(self.coords.canonical_fixed(np.array([self.B]))[0])
         self.remaining = np.zeros(0, dtype=np.int64)  # B_i per user id; ids beyond the array still have B
+        self.charged = np.zeros(0, dtype=np.int64)  # C_i per user id (fixed point per m²); beyond the array: 0
+
+    def _min_budget_rho(self, units_m2: int) -> float:
+        """The least budget_rho (per unit²) whose per-m² floor holds ``units_m2`` grid units and whose per-unit²
+        fixed point holds m·rounds (= ``units_m2``): exact for km/m, a binary search on the monotone float path."""
+        if self.coords.exact_q is not None:
+            lo = units_m2 * self.coords.exact_q
+        else:
+            est = float(convert_cgp_rho(units_m2 / LOSS_SCALE, CANONICAL_CGP_UNIT, self.coords.metres_per_unit))
+            a, b = max(int(est * LOSS_SCALE * (1 - 1e-9)) - 1, 0), int(est * LOSS_SCALE * (1 + 1e-9)) + 2
+            while self.coords.canonical_floor(b) < units_m2:
+                b *= 2
+            while a + 1 < b:  # canonical_floor(a) < units_m2 ≤ canonical_floor(b)
+                mid = (a + b) // 2
+                a, b = (a, mid) if self.coords.canonical_floor(mid) >= units_m2 else (mid, b)
+            lo = b
+        return max(lo, units_m2) / LOSS_SCALE
 
     # ---- Alg. 3 ---------------------------------------------------------------------------------------------
     def query_index(self, seq: int) -> int | None:
@@ -314,6 +380,21 @@ class SequentialAdaptiveQuery(WindowQuery):
         inside = users < self.remaining.size
         out[inside] = self.remaining[users[inside]]
         return out
+
+    def charged_of(self, users: np.ndarray) -> np.ndarray:
+        """C_i (fixed point per m²): what this sequence has charged ``users`` so far; 0 for users never charged."""
+        out = np.zeros(users.size, dtype=np.int64)
+        inside = users < self.charged.size
+        out[inside] = self.charged[users[inside]]
+        return out
+
+    def ledger_cost(self, users: np.ndarray, unit_fixed: np.ndarray) -> np.ndarray:
+        """What the ledger records (reserve or settle) for ``unit_fixed`` ρ per unit² of ``users`` at this query:
+        min(canonical(x) rounded up, P − C_i) — the per-query cost rounded up, capped so that this sequence never
+        charges a user more than the published bound P (module notes: C_i + this stays ≥ the user's real executed
+        total per m², since every uncapped term is rounded up and P is all of B rounded up)."""
+        cap = self.budget_canonical - self.charged_of(users)
+        return np.minimum(self.coords.canonical_fixed(unit_fixed), np.maximum(cap, 0))
 
     def allocation(self, remaining: np.ndarray, l: int) -> np.ndarray:
         """r_i for query l: 000 Alg. 3 line 4 in exact integers (rounded down), or the uniform ⌊B/m⌋."""
@@ -332,8 +413,8 @@ class SequentialAdaptiveQuery(WindowQuery):
         r = (num * (m * rem - (m - l + 1) * B) + 4 * (m - 1) * B) // den
         return np.clip(r, 0, rem)
 
-    def _charge(self, users: np.ndarray, executed_fixed: np.ndarray) -> None:
-        """B_i ← B_i − executed_i."""
+    def _charge(self, users: np.ndarray, executed_fixed: np.ndarray, charged_m2: np.ndarray) -> None:
+        """B_i ← B_i − executed_i (per unit²); C_i ← C_i + what the ledger recorded (per m²)."""
         if users.size == 0:
             return
         need = int(users.max()) + 1
@@ -341,7 +422,12 @@ class SequentialAdaptiveQuery(WindowQuery):
             grown = np.full(max(need, 2 * self.remaining.size), self.B, dtype=np.int64)
             grown[: self.remaining.size] = self.remaining
             self.remaining = grown
+        if need > self.charged.size:
+            grown = np.zeros(max(need, 2 * self.charged.size), dtype=np.int64)
+            grown[: self.charged.size] = self.charged
+            self.charged = grown
         self.remaining[users] -= executed_fixed
+        self.charged[users] += charged_m2
 
     # ---- WindowQuery ------------------------------------------------------------------------------------------
     def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
@@ -354,8 +440,8 @@ class SequentialAdaptiveQuery(WindowQuery):
         r = self.allocation(self.remaining_of(users), l)
         costs = np.zeros((users.size, N_COMPONENTS), dtype=np.int64)
         # worst case of the PIE cost (pie_cost / range_count_pie_cost of all c rounds = r_i, 000 Alg. 4, Thm 4.4),
-        # in the canonical unit
-        costs[:, _CGP] = self.coords.canonical_fixed(r)
+        # in the canonical unit: min(⌈r_i/c²⌉, P − C_i), so C_i + reservation ≤ P (module notes)
+        costs[:, _CGP] = self.ledger_cost(users, r)
         return Reservation(users, costs, private=(xy, r))
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
@@ -380,9 +466,10 @@ class SequentialAdaptiveQuery(WindowQuery):
         e_fixed = fixed_up(executed)  # pie_cost(executed_i): the executed rounds only (000 Alg. 1, R = 0 after)
         if np.any(e_fixed > r):  # cannot happen (reservation_to_rho); never settle above a reservation
             raise RuntimeError(f"{self.id}: executed cost above the reservation")
-        self._charge(users, e_fixed)
         actual = np.zeros((users.size, N_COMPONENTS), dtype=np.int64)
-        actual[:, _CGP] = self.coords.canonical_fixed(e_fixed)
+        # min(⌈executed_i/c²⌉, P − C_i) ≤ the reservation (monotone, same cap); C_i stays ≥ the real cost so far
+        actual[:, _CGP] = self.ledger_cost(users, e_fixed)
+        self._charge(users, e_fixed, actual[:, _CGP])
         sav = privacy_savings(rho, executed)  # PrivSav = (1/n) Σ_i (r_i − executed_i)/r_i (000 §7.1)
         values = {**head, **values, "users": int(users.size), "eliminated_early": int(eliminated),
                   "privacy_savings": sav}
@@ -407,7 +494,7 @@ class SequentialAdaptiveQuery(WindowQuery):
                 "units": self.coords.units}
 
     def state(self) -> dict:
-        return {"remaining": self.remaining.copy(), **self._fingerprint()}
+        return {"remaining": self.remaining.copy(), "charged": self.charged.copy(), **self._fingerprint()}
 
     def load_state(self, d: dict) -> None:
         fp = self._fingerprint()
@@ -418,7 +505,21 @@ class SequentialAdaptiveQuery(WindowQuery):
         rem = np.asarray(d["remaining"], dtype=np.int64)
         if rem.ndim != 1 or np.any(rem < 0) or np.any(rem > self.B):
             raise ValueError(f"{self.id}: snapshot has an invalid remaining-budget array")
+        if "charged" in d:
+            ch = np.asarray(d["charged"], dtype=np.int64)
+            if ch.ndim != 1 or np.any(ch < 0) or np.any(ch > self.budget_canonical):
+                raise ValueError(f"{self.id}: snapshot has an invalid charged array")
+        else:
+            # a snapshot from before C_i was kept: a LOWER bound of what the store holds (never under-charge: a
+            # lower C_i only makes the cap later) — ⌈(B − B_i)/q⌉ exactly (Σ⌈x_l⌉ ≥ ⌈Σ x_l⌉), minus two units on
+            # the float path for the conversion's rounding
+            used = self.B - rem
+            ch = self.coords.canonical_fixed(used)
+            if self.coords.exact_q is None:
+                ch = np.maximum(ch - 2, 0)
+            ch = np.minimum(ch, self.budget_canonical)
         self.remaining = rem.copy()
+        self.charged = ch.copy()
 
     def describe(self) -> dict:
         return {**super().describe(), **self.coords.describe(), "m": self.m, "windows": list(self.windows),
