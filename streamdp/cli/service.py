@@ -48,8 +48,9 @@ def register(sub) -> None:
                    help="consumer-group session timeout (default: kafka.session_timeout_ms, 10000; heartbeats every "
                         "1/6 of it)")
     p.add_argument("--allow-empty-store", action="store_true",
-                   help="start over although the budget store has no checkpoint while Kafka has offsets this group "
-                        "committed (the store lost its state): every window is released again with fresh noise")
+                   help="start although the budget store has no checkpoint, or one behind the offsets this group "
+                        "committed to Kafka (the store lost its state or acknowledged writes): the windows after "
+                        "the checkpoint are released again with fresh noise")
     p.add_argument("--store-wait", type=nonneg_seconds, default=None, metavar="SECONDS",
                    help="an unreachable budget store at start is retried with backoff for this long, a finite "
                         "number ≥ 0 (default: until it answers or SIGTERM)")

@@ -178,6 +178,39 @@ def test_a_budget_store_that_lost_its_state_is_refused(tansu, redis_url, topic_p
     assert list(RedisBudgetStore.from_url(redis_url).iter_users())  # started over, as asked
 
 
+def test_a_budget_store_that_came_back_behind_what_was_published_is_refused(tansu, redis_url, topic_prefix, tmp_path,
+                                                                            nyc_events):
+    """Redis lost writes it had acknowledged (appendfsync everysec after a crash, a failover to a lagging replica, an
+    old backup): its checkpoint and release log are behind releases already on the output topics. Resuming would
+    publish those windows again with fresh noise (the noise key changes at every checkpoint) and charge their users
+    again (store review of 2026-11-23, F1). The worker commits a checkpoint's offsets to Kafka only after publishing
+    its records, so it sees the committed offsets ahead of the checkpoint and refuses (exit 4)."""
+    import redis as redis_mod
+
+    raw = service_config(topic_prefix, tansu.bootstrap, partitions=2)
+    cfg = write_config(tmp_path / "service.toml", raw)
+    topic = raw["kafka"]["input_topic"]
+    produce(tansu.bootstrap, topic, nyc_events[:3000], 2)  # the events are in time order: the second half is later
+    assert run_to_completion(cfg, redis_url, tmp_path / "w1.log", extra=["--standalone"]) == 0, \
+        (tmp_path / "w1.log").read_text()[-2000:]
+    r = redis_mod.Redis.from_url(redis_url)
+    saved = {k: (r.dump(k), r.pttl(k)) for k in r.scan_iter()}  # the store as it was after w1
+    produce(tansu.bootstrap, topic, nyc_events[3000:6000], 2)
+    assert run_to_completion(cfg, redis_url, tmp_path / "w2.log", extra=["--standalone"]) == 0, \
+        (tmp_path / "w2.log").read_text()[-2000:]
+    published = releases_on_topics(tansu.bootstrap, raw, 2)
+    r.flushall()  # the store comes back as it was after w1: w2's checkpoints, charges and release log are lost
+    for k, (blob, ttl) in saved.items():
+        r.restore(k, max(ttl, 0), blob)
+    spent_before = {u.user: u.spent.tolist() for u in RedisBudgetStore.from_url(redis_url).iter_users()}
+    assert run_to_completion(cfg, redis_url, tmp_path / "w3.log", extra=["--standalone"]) == 4
+    log3 = (tmp_path / "w3.log").read_text()
+    assert "behind the offsets this group committed" in log3
+    # nothing charged, nothing published: the releases on the topics are w1's and w2's, each key once
+    assert {u.user: u.spent.tolist() for u in RedisBudgetStore.from_url(redis_url).iter_users()} == spent_before
+    assert releases_on_topics(tansu.bootstrap, raw, len(published)) == published
+
+
 def test_a_checkpoint_is_not_restored_under_other_release_parameters(tansu, redis_url, topic_prefix, tmp_path,
                                                                         nyc_events):
     """The operator lowers a query's σ between two runs over one checkpoint: the checkpointed tree was built with

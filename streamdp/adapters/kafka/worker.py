@@ -582,10 +582,14 @@ class KafkaWorker:
                                 "putting one back will be refused)", extra={"worker": self.worker_id})
                 self._removed = sorted(before | set(gone))
                 ck = self.ckpt.claim(self.worker_id)
-                if ck.state is None and not self.opts.allow_empty_store and await self._committed_elsewhere():
+                committed = {} if self.opts.allow_empty_store else await self._committed_elsewhere()
+                if ck.state is None and committed:
                     self._refuse_empty_store()
                     return
                 self._restore(ck)
+                if committed and (behind := self._checkpoint_behind(ck, committed)):
+                    self._refuse_rolled_back_store(behind)
+                    return
                 if ck.pending:
                     await self._publish(ck.pending)
                     self.faults.hit("after_republish")
@@ -633,6 +637,28 @@ class KafkaWorker:
                   "checkpointing: the store lost its state (restarted without persistence? flushed?). Starting over "
                   "would re-release every window with fresh noise and reset every budget. Restore the store from "
                   "a backup, or, if starting over is meant, run with --allow-empty-store (or a new group id)",
+                  extra={"worker": self.worker_id, "group": self.group, "topic": self.source_topic})
+        self.engine = self.stage = None
+        self.exit_code = 4
+        self.stopping.set()
+
+    def _checkpoint_behind(self, ck: Checkpoint, committed: dict[int, int]) -> dict[int, tuple[int, int]]:
+        """Partitions whose offset committed in Kafka is past the restored checkpoint's: {p: (checkpoint, committed)}.
+        The worker commits only the offsets of a checkpoint it wrote, after its records were published
+        (:meth:`_checkpoint_and_publish`), so a checkpoint behind them is one the store lost after acknowledging it
+        (AOF ``everysec``, a failover to a lagging replica, a restored backup). Its release log rolled back with it,
+        so nothing else would notice; resuming would publish the windows after it again with fresh noise (the noise
+        key changes at every checkpoint): the averaging attack DESIGN §3 forbids (store review of 2026-11-23, F1)."""
+        known = self.src_offsets if self.coordinator else ck.offsets
+        return {p: (int(known.get(p, 0)), c) for p, c in committed.items() if c > int(known.get(p, 0))}
+
+    def _refuse_rolled_back_store(self, behind: dict[int, tuple[int, int]]) -> None:
+        log.error("the budget store's checkpoint is behind the offsets this group committed to Kafka after "
+                  "checkpointing (partition: (checkpoint, committed) %s): the store lost acknowledged writes "
+                  "(Redis with appendfsync everysec after a crash, a failover to a lagging replica, an old backup). "
+                  "Resuming would publish windows that were already released again, with fresh noise, and charge "
+                  "their users again. Restore the store to its latest state, or, if releasing those windows again "
+                  "is meant, run with --allow-empty-store (or a new group id)", behind,
                   extra={"worker": self.worker_id, "group": self.group, "topic": self.source_topic})
         self.engine = self.stage = None
         self.exit_code = 4
