@@ -160,18 +160,29 @@ def _open_store(args, *, write: bool = False) -> BudgetStore:
         return st
     if "://" in url:
         raise CLIError(f"unsupported store URL {url!r}: use redis://, rediss://, unix:// or a file path")
+    from streamdp.filter.file_lock import StoreBusy, StoreFileLock
     from streamdp.filter.memory import MemoryBudgetStore
 
-    if not os.path.exists(url):
-        if write:
-            return MemoryBudgetStore(path=url)
+    if not os.path.exists(url) and not write:
         raise CLIError(f"budget store file {url!r} does not exist", code=1)
+    try:  # a write holds the file's lock from before the load to the save (file_lock.py): no lost update
+        held = StoreFileLock(url).acquire() if write else None
+    except StoreBusy as e:
+        raise CLIError(str(e), code=1) from None
+    except OSError as e:
+        raise CLIError(f"cannot lock budget store file {url!r}: {e}", code=1) from None
     try:
-        return MemoryBudgetStore.load(url)
+        st = MemoryBudgetStore.load(url) if os.path.exists(url) else MemoryBudgetStore(path=url)
     except ValueError as e:  # load names the file and the problem
+        if held is not None:
+            held.release()
         raise CLIError(str(e), code=1) from None
     except (OSError, KeyError, TypeError) as e:
+        if held is not None:
+            held.release()
         raise CLIError(f"cannot read budget store file {url!r}: {e}", code=1) from None
+    st.file_lock = held
+    return st
 
 
 def _run(fn):
@@ -186,6 +197,8 @@ def _run(fn):
         finally:
             if st.__class__.__name__ == "RedisBudgetStore":
                 st.close()
+            elif getattr(st, "file_lock", None) is not None:  # a file store written by this command: saved by it
+                st.file_lock.release()
 
     return wrapped
 

@@ -64,6 +64,16 @@ def _fmt_day(ts: float, window_seconds: float) -> str:
 
 
 def run_demo(args) -> int:
+    opened: list = []
+    try:
+        return _run_demo(args, opened)
+    finally:  # however the run ends (an error, Ctrl-C), the file store's lock goes (file_lock.py)
+        for st in opened:
+            if getattr(st, "file_lock", None) is not None:
+                st.file_lock.release()
+
+
+def _run_demo(args, opened: list) -> int:
     from tqdm import tqdm
 
     from streamdp.cli.main import CLIError
@@ -72,6 +82,7 @@ def run_demo(args) -> int:
     from streamdp.engine.engine import ReleaseConflict, ReleaseEngine
     from streamdp.engine.pipeline import EmbeddedPipeline
     from streamdp.filter import MemoryBudgetStore, open_store
+    from streamdp.filter.file_lock import StoreBusy
     from streamdp.filter.store import StoreError
     from streamdp.accounting.cost import budget_text, budget_vector
     from streamdp.input import sources
@@ -111,7 +122,8 @@ def run_demo(args) -> int:
         if cfg.store and not args.store:
             print(f"note: budgets are kept in memory; the configuration's store ({cfg.store}) is the service's "
                   "(streamdp run) — pass --store to use it here", file=sys.stderr)
-        store = open_store(args.store, budget_vector(cfg.budget))
+        store = open_store(args.store, budget_vector(cfg.budget), lock=True)  # a file store: this run writes it
+        opened.append(store)
         # the configuration's default budget initialises a new store; a store that exists keeps its own default,
         # as for `streamdp run` (only the audited `streamdp budget set-default` changes it)
         if not np.array_equal(store.default_budget(), budget_vector(cfg.budget)):
@@ -121,7 +133,7 @@ def run_demo(args) -> int:
         else:  # the configuration's budget is this run's: what it would halt (config check prints the same)
             for w in cfg.warnings:
                 print(f"warning: {w}", file=sys.stderr)
-    except (StoreError, ValueError, OSError) as e:
+    except (StoreError, StoreBusy, ValueError, OSError) as e:
         raise CLIError(f"cannot open budget store: {e}") from None
 
     econf = cfg.engine_config()

@@ -6,10 +6,14 @@ from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 __all__ = ["BudgetStore", "MemoryBudgetStore", "StoreError", "UserBudget", "open_store"]
 
 
-def open_store(url: str | None, default_budget=None) -> BudgetStore:
+def open_store(url: str | None, default_budget=None, *, lock: bool = False) -> BudgetStore:
     """Open a store from a URL: ``redis://`` / ``rediss://`` (Redis), ``memory://`` or None (in-memory),
-    anything else is a local file path for the embedded store (created if missing)."""
+    anything else is a local file path for the embedded store (created if missing). ``lock``: a file store is
+    opened for writing — its lock (:mod:`~streamdp.filter.file_lock`) is taken before the file is read and held
+    until ``close()``; :class:`~streamdp.filter.file_lock.StoreBusy` if another process holds it."""
     import os
+
+    from streamdp.filter.file_lock import StoreFileLock
 
     if url is None or url == "memory://":
         return MemoryBudgetStore(default_budget)
@@ -19,8 +23,12 @@ def open_store(url: str | None, default_budget=None) -> BudgetStore:
         return RedisBudgetStore.from_url(url, default_budget=default_budget)
     if "://" in url:
         raise ValueError(f"unsupported store URL scheme: {url!r} (use redis://, rediss://, memory:// or a file path)")
-    if os.path.exists(url):
-        st = MemoryBudgetStore.load(url)
-        return st
-    st = MemoryBudgetStore(default_budget, path=url)
+    held = StoreFileLock(url).acquire() if lock else None
+    try:
+        st = MemoryBudgetStore.load(url) if os.path.exists(url) else MemoryBudgetStore(default_budget, path=url)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+    st.file_lock = held
     return st

@@ -491,5 +491,11 @@ class MemoryBudgetStore(BudgetStore):
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             raise ValueError(f"{path} is not a streamdp budget store file ({type(e).__name__}: {e})") from None
 
+    file_lock = None  # a StoreFileLock held while this process writes ``path`` (file_lock.py)
+
     def close(self) -> None:
-        self.save()
+        try:
+            self.save()
+        finally:
+            if self.file_lock is not None:
+                self.file_lock.release()
