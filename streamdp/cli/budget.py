@@ -27,7 +27,10 @@ The *used fraction* of a notion is the largest spent/budget over its components 
 *remaining fraction* is one minus it. ``grant`` and ``set-default`` replace the budget of ONE notion (``--rho``
 is ρ, or α for ``emd``, below 9223372.036854775807 — INT64_MAX at the 10⁻¹² fixed point; ``--delta`` is δ, below 1,
 and the current δ budget stays when it is omitted; ``inf`` means unlimited); they are administrative, refuse to run
-without ``--yes`` and write an audit entry to the ledger.
+without ``--yes`` and write an audit entry to the ledger. Only that notion's values are changed, atomically
+against the store's current ones (a concurrent change of another notion stands). A ``grant`` gives the user an
+override of their WHOLE budget: the other notions keep the values they have at that moment and no longer follow
+``set-default``.
 Errors (unreachable store, unknown user, bad URL) print one line on stderr and exit non-zero: 1 for a failed
 operation, 2 for a usage error.
 """
@@ -392,7 +395,9 @@ def _ledger_totals(args, entries: list[dict]) -> int:
     return 0
 
 
-def _new_budget(current: np.ndarray, args) -> np.ndarray:
+def _new_budget(current: np.ndarray, args) -> tuple[np.ndarray, list[int]]:
+    """(``current`` with the notion's ρ (α) and, if given, δ set; the indices set). The store applies only those
+    indices, to the values it holds at that moment (a concurrent change of another notion is not undone)."""
     k = NOTIONS.index(args.notion)
     b = np.array(current, dtype=np.int64).copy()
     try:
@@ -401,7 +406,7 @@ def _new_budget(current: np.ndarray, args) -> np.ndarray:
             b[2 * k + 1] = budget_to_fixed(args.delta, SCALES[2 * k + 1])
     except ValueError as e:
         raise CLIError(f"invalid budget: {e}") from None
-    return b
+    return b, [2 * k] + ([2 * k + 1] if args.delta is not None else [])
 
 
 def _require_yes(args, what: str) -> None:
@@ -432,7 +437,8 @@ def _grant(args, st: BudgetStore) -> int:
     _require_yes(args, "grant")
     rec = st.get_user(args.user)
     current = st.default_budget() if rec is None else rec.budget
-    st.grant(args.user, _new_budget(current, args), actor=_actor(args), reason=args.reason)
+    b, comps = _new_budget(current, args)
+    st.grant(args.user, b, actor=_actor(args), reason=args.reason, components=comps)
     _save(st)
     rec = st.get_user(args.user)
     if args.json:
@@ -447,9 +453,10 @@ def _grant(args, st: BudgetStore) -> int:
 @_run
 def _set_default(args, st: BudgetStore) -> int:
     _require_yes(args, "set-default")
-    b = _new_budget(st.default_budget(), args)
-    st.set_default_budget(b, actor=_actor(args), reason=args.reason)
+    b, comps = _new_budget(st.default_budget(), args)
+    st.set_default_budget(b, actor=_actor(args), reason=args.reason, components=comps)
     _save(st)
+    b = st.default_budget()
     if args.json:
         _print_json(_default_json(st.default_budget()))
     else:
@@ -585,7 +592,8 @@ def register(subparsers) -> None:
     q.add_argument("--query", metavar="Q", help="only entries of this query")
     q.add_argument("--since", metavar="T", type=_parse_since,
                    help="only entries at or after T (epoch seconds, ISO-8601, or a duration ago such as 2h)")
-    for name, func, help_ in (("grant", _grant, "set one user's budget in one notion (administrative)"),
+    for name, func, help_ in (("grant", _grant, "set one user's budget in one notion (administrative; the user's other notions "
+                                        "stop following the default)"),
                               ("set-default", _set_default, "set the default budget in one notion (administrative)")):
         q = add(name, func, help_, writes=True)
         if name == "grant":

@@ -130,6 +130,16 @@ class _ScopeState:
         self.open = np.concatenate([self.open, np.zeros(cap - n, dtype=bool)])
 
 
+def _merged(old: np.ndarray, new: np.ndarray, components) -> np.ndarray:
+    """``new`` at ``components`` (all when None), ``old`` elsewhere (the stores' partial budget change)."""
+    if components is None:
+        return new
+    out = np.array(old, dtype=np.int64).copy()
+    idx = np.asarray(list(components), dtype=np.int64)
+    out[idx] = new[idx]
+    return out
+
+
 class MemoryBudgetStore(BudgetStore):
     def __init__(self, default_budget: np.ndarray | None = None, path: str | None = None) -> None:
         self._default = (np.zeros(N_COMPONENTS, dtype=np.int64) if default_budget is None
@@ -210,17 +220,18 @@ class MemoryBudgetStore(BudgetStore):
     def default_budget(self) -> np.ndarray:
         return self._default.copy()
 
-    def set_default_budget(self, budget, *, actor: str = "operator", reason: str = "") -> None:
-        budget = check_budget(budget)
+    def set_default_budget(self, budget, *, actor: str = "operator", reason: str = "", components=None) -> None:
+        budget = _merged(self._default, check_budget(budget), components)
         old = self._default.copy()
         self._default = budget.copy()
         self.append_ledger({"type": "admin", "action": "set-default", "actor": actor, "reason": reason,
                             "old": old.tolist(), "new": budget.tolist()})
 
-    def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "") -> None:
+    def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "", components=None) -> None:
         budget = check_budget(budget)
         (j,) = self._ids([user])
         old = self._budgets_of(np.array([j]))[0].copy()
+        budget = _merged(old, budget, components)
         self._budget[j] = budget
         self._has_override[j] = True
         self.append_ledger({"type": "admin", "action": "grant", "user": user, "actor": actor, "reason": reason,

@@ -50,7 +50,7 @@ import numpy as np
 
 from streamdp.accounting.cost import N_COMPONENTS, budget_text
 from streamdp.filter import redis_scripts
-from streamdp.filter.memory import check_batch, check_budget, check_id_batch, ledger_entry_json
+from streamdp.filter.memory import _merged, check_batch, check_budget, check_id_batch, ledger_entry_json
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget, check_digest
 
 log = logging.getLogger(__name__)
@@ -345,11 +345,12 @@ class RedisBudgetStore(BudgetStore):
 
         self._call(run, retry=False)
 
-    def set_default_budget(self, budget, *, actor: str = "operator", reason: str = "") -> None:
-        budget = check_budget(budget)
+    def set_default_budget(self, budget, *, actor: str = "operator", reason: str = "", components=None) -> None:
+        given = check_budget(budget)
 
-        def build(pipe):
+        def build(pipe):  # WATCHed: the merge below reads the values the write replaces
             old = self._parse_default(pipe.hmget(self._default_key, [str(i) for i in range(N_COMPONENTS)]))
+            budget = _merged(old, given, components)
             entry = ledger_entry_json({"type": "admin", "action": "set-default", "actor": actor,
                                        "reason": reason, "old": old.tolist(), "new": budget.tolist()})
             pipe.multi()
@@ -358,14 +359,15 @@ class RedisBudgetStore(BudgetStore):
 
         self._admin([self._default_key], build)
 
-    def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "") -> None:
-        budget = check_budget(budget)
+    def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "", components=None) -> None:
+        given = check_budget(budget)
         key = self._user_key(user)
 
-        def build(pipe):
+        def build(pipe):  # WATCHed: the merge below reads the values the write replaces
             d = self._parse_default(pipe.hmget(self._default_key, [str(i) for i in range(N_COMPONENTS)]))
             b = pipe.hmget(key, list(_BUDGET_FIELDS))
             old = d if b[0] is None else np.array([int(x) for x in b], dtype=np.int64)
+            budget = _merged(old, given, components)
             entry = ledger_entry_json({"type": "admin", "action": "grant", "user": user, "actor": actor,
                                        "reason": reason, "old": old.tolist(), "new": budget.tolist()})
             pipe.multi()

@@ -111,12 +111,18 @@ class BudgetStore(abc.ABC):
     def default_budget(self) -> np.ndarray: ...
 
     @abc.abstractmethod
-    def set_default_budget(self, budget: np.ndarray, *, actor: str = "operator", reason: str = "") -> None:
-        """Set the default budget (administrative; writes an audit entry to the ledger)."""
+    def set_default_budget(self, budget: np.ndarray, *, actor: str = "operator", reason: str = "",
+                           components: Sequence[int] | None = None) -> None:
+        """Set the default budget (administrative; writes an audit entry to the ledger). ``components``: only
+        these indices of ``budget`` are set, the others keep the value they hold when the change is applied
+        (atomically: a concurrent change of another notion is not undone by a vector read before it)."""
 
     @abc.abstractmethod
-    def grant(self, user: str, budget: np.ndarray, *, actor: str = "operator", reason: str = "") -> None:
-        """Set a per-user budget override (administrative; audit entry). Does not un-halt a user."""
+    def grant(self, user: str, budget: np.ndarray, *, actor: str = "operator", reason: str = "",
+              components: Sequence[int] | None = None) -> None:
+        """Set a per-user budget override (administrative; audit entry). Does not un-halt a user. An override
+        holds every component: those not in ``components`` keep the user's budget at the moment of the change
+        (their override, else the default then) and no longer follow the default."""
 
     # ---- admission -----------------------------------------------------------------------------------------
     @abc.abstractmethod
