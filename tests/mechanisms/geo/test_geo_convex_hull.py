@@ -141,6 +141,36 @@ def test_pch_noise_laws():
         za.append(((res.anchors - x[res.indices]) / sa).ravel())
     for z in (np.ravel(zc), np.array(zr), np.concatenate(za)):
         assert stats.kstest(z, "norm").pvalue > P_MIN
+        # KS alone let a radius σ off by √2 through 96 % of the time (test audit of 2026-11-23): the variance by
+        # χ² (two-sided; at n = 500 it accepts a variance ratio in [0.72, 1.34]) and the mean (|z̄| < 5/√n)
+        n = z.size
+        q = float((z ** 2).sum())  # the mean is known (0): n degrees of freedom
+        assert min(stats.chi2.cdf(q, n), stats.chi2.sf(q, n)) > P_MIN / 2, (n, q / n)
+        assert abs(z.mean()) < 5 / math.sqrt(n)
+
+
+@pytest.mark.parametrize("rho,share,sigma_hand", [(1.0, 0.5, math.sqrt(60.0)),  # ρ0 = 0.5/20: √(3/0.05)
+                                                  (0.2, 0.25, math.sqrt(200.0))])  # ρ0 = 0.15/20: √(3/0.015)
+def test_pch_centre_and_radius_sigma_by_hand(monkeypatch, rho, share, sigma_hand):
+    """003 Alg. 4 lines 2–3, worked out by hand: ρ0 = ρ_A/20 with ρ_A = (1 − share)·ρ; the centre (√2-Lipschitz,
+    Gaussian at 2ρ0/3) and the radius (1-Lipschitz, Gaussian at ρ0/3) both get σ = √(3/(2ρ0)) — the first two
+    Gaussian draws of the release, 2 coordinates then 1 (test audit of 2026-11-23: nothing pinned this σ)."""
+    import types
+
+    import streamdp.mechanisms.geo.convex_hull as ch
+
+    calls = []
+    real = ch.samplers.gaussian
+
+    def spy(rng, sigma, size=None):
+        calls.append((float(sigma), size))
+        return real(rng, sigma, size) if size is not None else real(rng, sigma)
+
+    monkeypatch.setattr(ch, "samplers", types.SimpleNamespace(gaussian=spy))
+    rng = unsafe_seeded_generator(347)
+    private_convex_hull(rng, rng.uniform(0, 100, (30, 2)), rho, k=4, anchor_share=share)
+    assert calls[0] == (pytest.approx(sigma_hand, rel=1e-12), 2)  # the centre
+    assert calls[1][0] == pytest.approx(sigma_hand, rel=1e-12) and calls[1][1] in (None, 1)  # the radius
 
 
 def clustered_points(rng, n, n_clusters=5, extent=2000.0, spread=100.0):
