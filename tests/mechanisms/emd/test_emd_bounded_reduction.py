@@ -45,23 +45,31 @@ def test_bernstein_step_against_exact_binomial_tails():
 
 @pytest.mark.statistical
 def test_coupled_resamples_distance_bound_monte_carlo():
-    """With resamples drawn through an optimal coupling of h(D), h(D') (the proof's coupling), d_EM of the two
-    resamples exceeds b(τ) with probability ≤ δ_s."""
+    """Lemma 5.2 through the code: resamples drawn by ``BoundedEMDReduction.project`` (one draw of indices, applied to
+    D and D' — the proof's coupling) exceed d_EM = b(τ) with probability ≤ δ_s. D' moves one of 10 items to another
+    cluster (d_X = 1, τ = 0.1); with m0 = 20, δ_s = 0.2, b = 0.2939, so the resamples exceed b iff the moved item is
+    drawn ≥ 6 times: exactly P(Bin(20, 0.1) ≥ 6) = 0.0113 ≤ δ_s. (The earlier version could not fail: its event had
+    probability 5.9e-21, and it drew its own indices instead of calling project; test audit of 2026-11-23.)"""
     rng = unsafe_seeded_generator(440)
-    d = clustered_metric(3, 3, 0.3)
-    D1 = np.array([0, 1, 2, 3, 4, 5, 6, 7])
-    D2 = np.array([0, 1, 2, 3, 4, 5, 8, 8])  # two items move (6→8 within a cluster, 7→8 within a cluster)
+    d = clustered_metric(4, 3, 0.3)
+    D1 = np.arange(10)
+    D2 = D1.copy()
+    D2[0] = 11  # cluster 0 → cluster 3
     tau = emd_items(D1, D2, d)
-    assert tau == pytest.approx(2 * 0.3 / 8)
-    m0, ds = 40, 0.01
+    assert tau == pytest.approx(0.1)
+    m0, ds = 20, 0.2
     b = bernstein_b(tau, m0, ds)
+    assert math.floor(m0 * b) == 5  # exceed ⇔ ≥ 6 of the 20 draws are the moved item
+    exact = stats.binom.sf(5, m0, 0.1)
+    assert exact == pytest.approx(0.011253, rel=1e-4) and exact <= ds
+    r = BoundedEMDReduction(m0=m0, delta_s=ds, inner_alpha=1.0)
+    reps = 20_000
     exceed = 0
-    reps = 2000
     for _ in range(reps):
-        j = rng.integers(0, 8, m0)  # the identity matching of D1, D2 is optimal here
-        if emd_items(D1[j], D2[j], d) > b:
-            exceed += 1
-    assert exceed / reps <= ds + 5 * math.sqrt(ds / reps)
+        j = r.project(rng, np.arange(10))  # the code's resample, as indices into the user's multiset
+        exceed += emd_items(D1[j], D2[j], d) > b
+    assert stats.binomtest(exceed, reps, ds, alternative="greater").pvalue > P_MIN  # the lemma's bound
+    assert stats.binomtest(exceed, reps, exact).pvalue > P_MIN  # and the exact law: a doubled rate is 15 SE away
 
 
 @pytest.mark.statistical
