@@ -161,15 +161,21 @@ def test_threshold_near_the_cut_matches_the_baseline():
     """Near qN PIE-NI rarely decides early; the answer is then 𝟙{ȳ < qN}, ȳ ~ N(|H|, 1/(2ρ)) (Cor. C.1 and
     after): P(Yes) ≈ Φ((qN − |H|)·√(2ρ)) for both, and PIE pays the full ρ when it runs all rounds."""
     rng = unsafe_seeded_generator(91)
-    count, N, q, rho, trials = 4998, 10000, 0.5, 0.125, 3000  # σ = 2
-    p_yes = stats.norm.cdf((q * N - count) * math.sqrt(2 * rho))
-    pie = [threshold_query_pie(rng, count, N, q, rho, c=4) for _ in range(trials)]
-    base = [threshold_query_baseline(rng, count, N, q, rho) for _ in range(trials)]
+    count, N, q, rho = 4998, 10000, 0.5, 0.125  # σ = 2: count = qN − σ, where P(Yes) = Φ(1) moves most with σ
+    sigma = 1 / math.sqrt(2 * rho)
+    p_yes = stats.norm.cdf((q * N - count) / sigma)
+    pie = [threshold_query_pie(rng, count, N, q, rho, c=4) for _ in range(10_000)]
+    base = [threshold_query_baseline(rng, count, N, q, rho) for _ in range(20_000)]
     for res in (pie, base):
-        yes = sum(r.answer for r in res)
+        yes, trials = sum(r.answer for r in res), len(res)
         assert stats.binom.cdf(yes, trials, p_yes) > 1e-6 and stats.binom.sf(yes - 1, trials, p_yes) > 1e-6
+        # power (test audit of 2026-11-23: 3000 trials let σ ± 10 % and a 0.1σ shift through): the same counts
+        # refuse σ·1.1, σ·0.9 and a mean shifted by 0.1σ (P(Yes) moves by ≥ 0.02, ≥ 6 SE at 10,000 trials)
+        for p_alt in (stats.norm.cdf((q * N - count) / (1.1 * sigma)), stats.norm.cdf((q * N - count) / (0.9 * sigma)),
+                      stats.norm.cdf((q * N - count) / sigma - 0.1)):
+            assert stats.binomtest(yes, trials, p_alt).pvalue < 1e-6, (trials, yes / trials, p_alt)
     full = [r for r in pie if not r.eliminated]
-    assert len(full) > 0.9 * trials and all(r.executed_rho == pytest.approx(rho) for r in full)
+    assert len(full) > 0.9 * len(pie) and all(r.executed_rho == pytest.approx(rho) for r in full)
     assert all(r.executed_rho == rho for r in base)
 
 
