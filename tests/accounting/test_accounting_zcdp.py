@@ -189,8 +189,11 @@ def test_gaussian_exact_zero_when_delta_large():
 # ------------------------------------------------------------------------------------------ approximate → DP
 def test_zcdp_to_dp():
     rho, da, dt = 0.2, 1e-7, 1e-6
+    # against the independent brute-force minimisation of CKS Cor. 13 (not against cks_epsilon, which is code
+    # under test too — test audit of 2026-11-23): the approximate δ is subtracted from the target first
+    assert zcdp_to_dp(rho, da, dt) == pytest.approx(_cks_eps_bruteforce(rho, dt - da), rel=1e-6)
+    assert zcdp_to_dp(rho, 0.0, dt) == pytest.approx(_cks_eps_bruteforce(rho, dt), rel=1e-6)
     assert zcdp_to_dp(rho, da, dt) == pytest.approx(cks_epsilon(rho, dt - da), rel=1e-15)
-    assert zcdp_to_dp(rho, 0.0, dt) == pytest.approx(cks_epsilon(rho, dt), rel=1e-15)
     assert zcdp_to_dp(rho, da, dt) > cks_epsilon(rho, dt)  # part of δ_target is already spent
     with pytest.raises(ValueError, match="delta_target"):
         zcdp_to_dp(rho, 1e-6, 1e-6)

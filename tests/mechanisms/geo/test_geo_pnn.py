@@ -78,8 +78,9 @@ def test_bad_input():
         k_pnn(rng, x, [0, 0], 4, rho=1.0)
 
 
-def test_exact_privacy_ratio_of_pnn():
-    """Neighbouring tuples (dist_∞ ≤ Δ) change every candidate distance by at most Δ; every output probability
+def test_reference_model_exact_privacy_ratio_of_pnn():
+    """The REFERENCE MODEL the χ² tests below compare the code with (it does not call the code; test audit of
+    2026-11-23): Neighbouring tuples (dist_∞ ≤ Δ) change every candidate distance by at most Δ; every output probability
     ratio must be ≤ e^{εΔ} (PNN is ε-GP). Exhaustive over ±Δ/0 shift patterns for a few configurations."""
     eps, delta = 1.0, 1.0
     worst = 0.0

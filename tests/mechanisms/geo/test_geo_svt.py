@@ -52,8 +52,9 @@ def test_bad_input():
         s.run(rng, [1.0], float("nan"))
 
 
-def test_exact_privacy_ratio_worst_case_patterns():
-    """For neighbours with |g_i(x) − g_i(x')| ≤ K·τ, every output's probability ratio is ≤ e^{ετ} (Thm D.1);
+def test_reference_model_exact_privacy_ratio_worst_case_patterns():
+    """The REFERENCE MODEL the χ² tests below compare the code with (it does not call the code; test audit of
+    2026-11-23): For neighbours with |g_i(x) − g_i(x')| ≤ K·τ, every output's probability ratio is ≤ e^{ετ} (Thm D.1);
     the classic worst case (x' lower on the ⊥ queries, higher on the ⊤ query) gets within 1e-3 of it."""
     eps, K, tau = 1.0, 1.0, 1.0
     worst = 0.0
