@@ -74,12 +74,18 @@ def test_noise_laws():
     r = np.linalg.norm(z3, axis=1)
     assert stats.kstest(r, stats.gamma(3, scale=2.0).cdf).pvalue > P_MIN
     assert stats.kstest(z3[:, 2] / r, stats.uniform(-1, 2).cdf).pvalue > P_MIN
-    # single-user path and central path use the same law
-    z1 = np.array([m1.release(rng, np.array([[0.3], [0.5]]))[0] - 0.4 for _ in range(5_000)])
-    assert stats.kstest(z1, stats.laplace(scale=0.25).cdf).pvalue > P_MIN
+    # single-user path and central path use the same law: 50,000 draws each, so that KS sees a scale off by 10 %
+    # (n_users off by one in the central ω = 1/(nα)), with the variance 2b² checked too (test audit of 2026-11-23:
+    # 5,000 draws missed scale errors up to 20 %)
+    z1 = np.array([m1.release(rng, np.array([[0.3], [0.5]]))[0] - 0.4 for _ in range(50_000)])
     c = PrivEMDLinear(alpha=2.0, lipschitz=1.0, dim=1, model="central", n_users=10)
-    zc = np.array([c.release(rng, np.zeros((10, 3, 1)))[0] for _ in range(5_000)])
-    assert stats.kstest(zc, stats.laplace(scale=1 / 20).cdf).pvalue > P_MIN
+    zc = np.array([c.release(rng, np.zeros((10, 3, 1)))[0] for _ in range(50_000)])
+    for z, b in ((z1, 0.25), (zc, 1 / 20)):
+        assert stats.kstest(z, stats.laplace(scale=b).cdf).pvalue > P_MIN
+        for wrong in (1.1 * b, b / 1.1):
+            assert stats.kstest(z, stats.laplace(scale=wrong).cdf).pvalue < P_MIN
+        # Var = 2b²; the sample variance of a Laplace has SE √(20/N)·b² (kurtosis 6)
+        assert abs(np.mean(z ** 2) - 2 * b * b) < 5 * math.sqrt(20 / z.size) * b * b
 
 
 @pytest.mark.statistical
