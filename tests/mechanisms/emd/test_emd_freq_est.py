@@ -77,11 +77,23 @@ def test_laplace_baseline_known_answer():
 @pytest.mark.statistical
 def test_randomizer_law_chi2():
     rng = unsafe_seeded_generator(430)
-    krr = ClusteredKRR(3, 4, 0.3, 1.2)
-    T = krr.matrix()
+    c, g, gamma, a0 = 3, 4, 0.3, 1.2
+    krr = ClusteredKRR(c, g, gamma, a0)
+    # the law written here from 004 §6.2, not taken from the code (test audit of 2026-11-23): d(x, y) = 0 on the
+    # diagonal, γ inside a cluster, 1 across; P(y | x) = e^{−α0·d(x, y)} / Σ_y' e^{−α0·d(x, y')}
+    k = c * g
+    d = np.array([[0.0 if x == y else (gamma if x // g == y // g else 1.0) for x in range(k)] for y in range(k)])
+    T = np.exp(-a0 * d)
+    T /= T.sum(axis=0, keepdims=True)
+    np.testing.assert_allclose(krr.matrix(), T, rtol=1e-12)
     for x in (0, 5, 11):
         out = krr.randomize(rng, np.full(200_000, x))
-        assert stats.chisquare(np.bincount(out, minlength=12), T[:, x] * out.size).pvalue > P_MIN
+        counts = np.bincount(out, minlength=k)
+        assert stats.chisquare(counts, T[:, x] * out.size).pvalue > P_MIN
+        # power: the law of α0·1.1 is refused by the same counts
+        Tw = np.exp(-1.1 * a0 * d)
+        Tw /= Tw.sum(axis=0, keepdims=True)
+        assert stats.chisquare(counts, Tw[:, x] * out.size).pvalue < P_MIN
 
 
 @pytest.mark.statistical
