@@ -4,8 +4,8 @@ from a different batch under the same (scope, window).
 The store answers a second admit of (scope, seq) with the first outcome and charges nothing (DESIGN.md §3: a retry
 after a crash must not charge twice). That is sound only if the second admit asks for the same releases as the first
 — the same data, the same engine state and the same randomness, so that reservations, releases and actual costs all
-repeat. Replays are deterministic only under conditions (:mod:`streamdp.adapters.kafka.ordering`: a configured
-origin, disorder within ``allowed_lateness``, no idle timeout firing): outside them an event may fall into a window
+repeat. Replays are deterministic only under conditions (:mod:`streamdp.adapters.kafka.ordering`: disorder within
+``allowed_lateness``, no idle timeout firing): outside them an event may fall into a window
 in one run and not in the other, and a replay answered "already charged" would publish a release whose cost nobody
 paid.
 

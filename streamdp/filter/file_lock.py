@@ -6,7 +6,9 @@ file therefore undo each other: a running demo's next save dropped an operator's
 entry), and a grant saved after a demo's save rolled back the demo's charges, halts and release log (store review
 of 2026-11-23, F2). Every writer holds an exclusive advisory lock (``flock``) on ``<file>.lock`` from before it
 loads the file until it is done; a second writer is refused at once with a message, not made to wait (a demo can
-run for minutes). Readers take no lock: the replace is atomic, so they see one whole saved state.
+run for minutes). Readers take no lock: the replace is atomic, so they see one whole saved state. The lock is
+taken on the file's real path (a symlink to the store locks the same file), and the empty ``.lock`` file is left
+in place (removing it while another process waits on it would let two writers in).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class StoreBusy(Exception):
 
 class StoreFileLock:
     def __init__(self, path: str) -> None:
-        self.path = os.path.abspath(path) + ".lock"
+        self.path = os.path.realpath(path) + ".lock"  # one lock per file, however it is named (symlinks)
         self._fd: int | None = None
 
     def acquire(self) -> "StoreFileLock":

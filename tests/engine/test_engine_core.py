@@ -133,8 +133,9 @@ def test_secure_mode_snapshot_holds_no_generator_state():
 
 
 def test_duplicate_query_ids_rejected():
-    with pytest.raises(ValueError):
-        ReleaseEngine(EngineConfig(window_seconds=1), [PresenceCount("x"), PresenceCount("x")], MemoryBudgetStore())
+    with pytest.raises(ValueError, match="duplicate|twice|unique|x"):
+        ReleaseEngine(EngineConfig(window_seconds=1, origin=0.0), [PresenceCount("x"), PresenceCount("x")],
+                      MemoryBudgetStore())
 
 
 def test_ingest_groups_items_per_window():

@@ -346,11 +346,11 @@ class DeferredReleaseLog(BudgetStore):
     def default_budget(self) -> np.ndarray:
         return self.inner.default_budget()
 
-    def set_default_budget(self, budget, *, actor: str = "operator", reason: str = "") -> None:
-        self.inner.set_default_budget(budget, actor=actor, reason=reason)
+    def set_default_budget(self, budget, *, actor: str = "operator", reason: str = "", components=None) -> None:
+        self.inner.set_default_budget(budget, actor=actor, reason=reason, components=components)
 
-    def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "") -> None:
-        self.inner.grant(user, budget, actor=actor, reason=reason)
+    def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "", components=None) -> None:
+        self.inner.grant(user, budget, actor=actor, reason=reason, components=components)
 
     def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None) -> np.ndarray:
         out = self.inner.admit(scope, seq, users, costs, digest=digest)

@@ -648,9 +648,12 @@ class KafkaWorker:
         (:meth:`_checkpoint_and_publish`), so a checkpoint behind them is one the store lost after acknowledging it
         (AOF ``everysec``, a failover to a lagging replica, a restored backup). Its release log rolled back with it,
         so nothing else would notice; resuming would publish the windows after it again with fresh noise (the noise
-        key changes at every checkpoint): the averaging attack DESIGN §3 forbids (store review of 2026-11-23, F1)."""
+        key changes at every checkpoint): the averaging attack DESIGN §3 forbids (store review of 2026-11-23, F1).
+        Only partitions the checkpoint has an offset for are judged: one without (never read since an
+        ``--allow-empty-store`` start, or a coordinator's internal partitions after an ``all`` period, whose
+        checkpoints carry no internal offsets) says nothing about a loss, and the worker reads it as before."""
         known = self.src_offsets if self.coordinator else ck.offsets
-        return {p: (int(known.get(p, 0)), c) for p, c in committed.items() if c > int(known.get(p, 0))}
+        return {p: (int(known[p]), c) for p, c in committed.items() if p in known and c > int(known[p])}
 
     def _refuse_rolled_back_store(self, behind: dict[int, tuple[int, int]]) -> None:
         log.error("the budget store's checkpoint is behind the offsets this group committed to Kafka after "
