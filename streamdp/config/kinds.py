@@ -159,6 +159,9 @@ class QueryKind:
     # code, with what it bounds; None where no per-window bound follows from the parameters alone (the config
     # loader warns when it exceeds the default budget: such users are halted at their first window)
     window_cost: Callable[[Any], tuple[Any, str]] | None = field(default=None, compare=False)
+    # the parameters these arguments make meaningless, each with why: one the user sets anyway is refused (a
+    # setting that silently does nothing is a misconfiguration the user cannot see); defaults are fine
+    unused: Callable[[dict], dict[str, str]] | None = field(default=None, compare=False)
 
     def describe(self) -> dict:
         return {"kind": self.kind, "source": self.source, "notion": self.notion, "cost": self.cost,
@@ -229,6 +232,10 @@ def build_query(where: str, table: dict, *, horizon: int):
             raise ConfigError(f"{where}.{p.name}: is required for kind {kind!r}")
         else:
             args[p.name] = p.default
+    if k.unused is not None:
+        for name, why in k.unused(args).items():
+            if name in table:
+                raise ConfigError(f"{where}.{name}: {why}; this setting would be ignored, remove it")
     try:
         if k.validate is not None:
             k.validate(where, args)

@@ -129,5 +129,7 @@ register(QueryKind(
     ),
     build=_window_histogram,
     validate=_check_window_histogram,
+    unused=lambda a: ({"kbar": "only used by algorithm 'top_kbar' (001 Alg. 2), not by 'threshold'"}
+                      if a["algorithm"] == "threshold" else {}),
     window_cost=public_window_cost,
 ))

@@ -136,13 +136,15 @@ register(QueryKind(
         Param("anchor_share", "float", "share of rho for releasing the anchor points", default=0.5, gt=0, lt=1),
         Param("k", "int", "anchor directions (0 = auto: (R*sqrt(rho)/log(n/beta))^(2/3) clipped to "
               "[k_min, k_max])", default=0, min=0, max=_MAX_HULL_K),
-        Param("k_min", "int", "smallest automatic k", default=16, min=1, max=_MAX_HULL_K),
-        Param("k_max", "int", "largest automatic k", default=128, min=1, max=_MAX_HULL_K),
+        Param("k_min", "int", "smallest automatic k (k = 0 only)", default=16, min=1, max=_MAX_HULL_K),
+        Param("k_max", "int", "largest automatic k (k = 0 only)", default=128, min=1, max=_MAX_HULL_K),
         Param("gamma0_factor", "float", "PNN threshold shift gamma0 = c/eps_1 (0: 003 Thm 4.11)", default=0.0),
         Param("max_cycles", "int", "PNN's SVT cap in cycles through the users; a window close is linear in "
               "max_cycles*n*k", default=1000, min=1, max=_MAX_PNN_CYCLES),
     ) + _FRAME,
     build=_build("GeoConvexHull"),
     validate=_validate(_lazy("GeoConvexHull")),
+    unused=lambda a: ({n: f"only used to choose k automatically (k = 0), but k = {a['k']}"
+                       for n in ("k_min", "k_max")} if a["k"] > 0 else {}),
     window_cost=public_window_cost,
 ))

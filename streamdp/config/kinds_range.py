@@ -40,12 +40,26 @@ _FRAME = (
           default="last", choices=("last", "first", "mean")),
     Param("reuse_savings", "bool", "000 Alg. 3 reallocation of savings (false: uniform B/m per query)",
           default=True),
-    Param("rounds", "int", "c: PIE rounds per query", default=4, min=1, max=64),
-    Param("split", "str", "round budgets: 'even' (r/c each) or 'doubling' (2^(j-1)/(2^c-1)*r)", default="even",
+    Param("rounds", "int", "c: PIE rounds per query (pm0 / pm1 only)", default=4, min=1, max=64),
+    Param("split", "str", "round budgets (pm0 / pm1 only): 'even' (r/c each) or 'doubling' (2^(j-1)/(2^c-1)*r)", default="even",
           choices=("even", "doubling")),
-    Param("beta", "float", "failure probability beta (beta0 = beta/4 drives the elimination, 000 Remark 6)",
+    Param("beta", "float", "failure probability beta (beta0 = beta/4 drives the elimination, 000 Remark 6; "
+          "pm0 / pm1 only)",
           default=0.1, gt=0, lt=1),
 )
+
+
+def _unused(a: dict) -> dict[str, str]:
+    """Parameters the estimator does not read: the baselines (000 §6.2.1) are one Gaussian release, no PIE rounds
+    and no elimination; App. B's shift is of the distance privatisation's threshold."""
+    out = {}
+    if a["estimator"] in ("bm0", "bm1"):
+        why = f"only used by the PIE estimators pm0 / pm1; the baseline {a['estimator']!r} is one release (000 §6.2.1)"
+        out.update({"rounds": why, "split": why, "beta": why})
+    if "shift" in a and a["estimator"] in ("pm0", "bm0"):
+        out["shift"] = (f"App. B's shift is of the distance privatisation's threshold (pm1 / bm1), not used by "
+                        f"{a['estimator']!r}")
+    return out
 
 
 def _validate(name):
@@ -89,10 +103,11 @@ register(QueryKind(
         *_FRAME,
         Param("estimator", "str", "pm1 (distance privatisation), pm0 (point), bm1 / bm0 (baselines, no savings)",
               default="pm1", choices=_ESTIMATORS),
-        Param("shift", "bool", "000 App. B shift of the pm1/bm1 threshold", default=True),
+        Param("shift", "bool", "000 App. B shift of the pm1/bm1 threshold (pm1 / bm1 only)", default=True),
     ),
     build=_build("RangeCounts"),
     validate=_validate("RangeCounts"),
+    unused=_unused,
 ))
 
 register(QueryKind(
@@ -113,6 +128,7 @@ register(QueryKind(
     ),
     build=_build("KDEPoint"),
     validate=_validate("KDEPoint"),
+    unused=_unused,
 ))
 
 register(QueryKind(
@@ -133,6 +149,7 @@ register(QueryKind(
     ),
     build=_build("KNNPoint"),
     validate=_validate("KNNPoint"),
+    unused=_unused,
 ))
 
 register(QueryKind(
