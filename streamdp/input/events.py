@@ -89,6 +89,7 @@ class _Event(msgspec.Struct, gc=False):
 _DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 _ONE = msgspec.json.Decoder(_Event)
 _MANY = msgspec.json.Decoder(list[_Event])
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])  # the bytes of each value of a joined array (_aligned)
 _FIELD_REASON = {"user": "bad_user", "ts": "bad_ts", "items": "bad_items", "value": "bad_value", "loc": "bad_loc"}
 _MISSING_REASON = {"user": "missing_user", "ts": "missing_ts"}
 _PATH = re.compile(r"at `\$(?:\[\d+\])?\.?([a-z_]*)")
@@ -175,14 +176,29 @@ def parse_event(raw: bytes) -> tuple[str, float, list[str] | None, float, tuple[
             None if e.loc is None else (float(e.loc[0]), float(e.loc[1])))
 
 
+def _aligned(joined: bytes, part: list) -> bool:
+    """Whether the values of the joined array ``joined`` = ``[p0,p1,…]`` are the payloads ``part`` one for one:
+    each value's bytes have its payload's length (blanks around a payload aside). Equal counts are not enough: a
+    payload cut in two and a payload holding two values cancel out, and were ingested with their neighbours'
+    fields. Element i starts at payload i's first non-blank byte when element i−1 ended at payload i−1's last
+    one, so equal lengths all along mean the same bytes."""
+    got = list(map(len, _RAWS.decode(joined)))
+    want = list(map(len, part))
+    if got == want:
+        return True
+    return len(got) == len(want) and got == [len(p.strip(b" \t\r\n")) for p in part]
+
+
 def _decode_all(raws: list, out: list, dead: dict, lo: int, hi: int) -> None:
-    """Decode raws[lo:hi] into out[lo:hi]: one C-level decode of the joined batch; on a validation error at
-    index i, dead-letter that payload and decode the two sides again; on anything ambiguous (a syntax error
-    somewhere, a payload smuggling two values), fall back to one decode per payload."""
+    """Decode raws[lo:hi] into out[lo:hi]: one C-level decode of the joined batch, kept when its values are the
+    payloads one for one (:func:`_aligned`); on a validation error at index i, dead-letter that payload and
+    decode the two sides again; on anything ambiguous (a syntax error somewhere, a payload smuggling two values,
+    values not aligned with the payloads), fall back to one decode per payload."""
     while lo < hi:
         part = raws[lo:hi]
         try:
-            objs = _MANY.decode(b"[" + b",".join(part) + b"]")
+            joined = b"[" + b",".join(part) + b"]"
+            objs = _MANY.decode(joined)
         except msgspec.ValidationError as exc:
             m = _INDEX.search(str(exc))
             i = lo + int(m.group(1)) if m else -1
@@ -200,7 +216,7 @@ def _decode_all(raws: list, out: list, dead: dict, lo: int, hi: int) -> None:
             break  # ambiguous: per-payload fallback below
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             break
-        if len(objs) != hi - lo:
+        if len(objs) != hi - lo or not _aligned(joined, part):
             break
         out[lo:hi] = objs
         return
