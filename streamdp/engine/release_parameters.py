@@ -1,8 +1,9 @@
 """An engine's release parameters: what fixes each release's privacy cost and what its state was built under.
 
 They are the window structure (``EngineConfig``: window length, origin, horizon L, allowed lateness, idle timeout,
-future limit — which events land in which window) and every query's validated parameters (σ, ε, δ, k, bounds…),
-in the order of the queries (the engine draws their noise in that order).
+future limit — which events land in which window), every query's validated parameters (σ, ε, δ, k, bounds…),
+in the order of the queries (the engine draws their noise in that order), and, in test mode only, ``noise`` (a
+test-mode snapshot carries a generator keyed from the fixed seed: a secure engine must not continue it).
 
 They are used twice (DESIGN.md §3: a retry charges nothing, and never publishes fresh noise):
 
@@ -31,14 +32,23 @@ import numpy as np
 WINDOW_FIELDS = ("window_seconds", "horizon", "origin", "allowed_lateness", "idle_timeout", "max_future_seconds")
 
 
+#: ``noise`` of the release parameters of an engine in test mode (``unsafe_test_seed``); a secure engine has none
+SEEDED = "unsafe_test_seed"
+
+
 class ParametersChanged(ValueError):
     """A snapshot is being restored under release parameters other than those it was written under."""
 
 
 def release_parameters(config, queries) -> dict:
     """The release parameters of an engine with ``config`` (an ``EngineConfig``) and ``queries``."""
-    return {"windows": {f: getattr(config, f) for f in WINDOW_FIELDS},
-            "queries": [[q.id, q.parameters()] for q in queries]}  # in engine order: noise is drawn in that order
+    params = {"windows": {f: getattr(config, f) for f in WINDOW_FIELDS},
+              "queries": [[q.id, q.parameters()] for q in queries]}  # in engine order: noise is drawn in that order
+    if getattr(config, "unsafe_test_seed", None) is not None:
+        # test mode is a release parameter (its releases are not private), the seed's value is not; absent for a
+        # secure engine, so production scopes and checkpoints are those of before this field
+        params["noise"] = SEEDED
+    return params
 
 
 def _plain(x):
@@ -78,6 +88,14 @@ def check_unchanged(stored: str | None, current: dict, removed=()) -> None:
     old = json.loads(stored)
     new = json.loads(canonical(current))
     diffs = [f"service.{c}" for c in _changes(old["windows"], new["windows"])]
+    was_seeded, now_seeded = old.get("noise") == SEEDED, new.get("noise") == SEEDED
+    if was_seeded and not now_seeded:
+        diffs.append("noise: the checkpoint was written in test mode (unsafe_test_seed): its noise generator's key "
+                     "is derived from a fixed seed that anyone can reproduce, and its releases are not "
+                     "differentially private; a secure worker does not continue it")
+    elif now_seeded and not was_seeded:
+        diffs.append("noise: this worker is in test mode (unsafe_test_seed) and the checkpoint is not: test mode "
+                     "would publish non-private releases of this deployment's data")
     old_q, new_q = dict(old["queries"]), dict(new["queries"])  # (a dict: the first form, without the order)
     for qid, params in new_q.items():
         if qid not in old_q and qid in removed:

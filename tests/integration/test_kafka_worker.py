@@ -328,3 +328,27 @@ def test_a_removed_query_is_said_to_be_gone_for_good(tansu, redis_url, topic_pre
     assert run_to_completion(cfg, redis_url, tmp_path / "w3.log", extra=["--standalone"]) == 6
     text = (tmp_path / "w3.log").read_text()
     assert f"query '{gone}' was removed from this deployment by an earlier restart" in text
+
+
+def test_a_secure_worker_refuses_a_test_mode_checkpoint(tansu, redis_url, topic_prefix, tmp_path, nyc_events):
+    """A checkpoint written in test mode holds a generator keyed from the fixed seed; a worker started without
+    ``unsafe_test_seed`` on it used to continue that publicly reproducible stream silently (twelfth-session noise
+    review). It now exits 6 naming test mode, charging and publishing nothing; in test mode again it goes on."""
+    raw = service_config(topic_prefix, tansu.bootstrap, partitions=2)
+    cfg = write_config(tmp_path / "service.toml", raw)
+    topic = raw["kafka"]["input_topic"]
+    produce(tansu.bootstrap, topic, nyc_events[:3000], 2)
+    assert run_to_completion(cfg, redis_url, tmp_path / "w1.log", extra=["--standalone"]) == 0, \
+        (tmp_path / "w1.log").read_text()[-2000:]
+    store = RedisBudgetStore.from_url(redis_url)
+    spent = spent_by_user(store)
+    released = releases_on_topics(tansu.bootstrap, raw, 1)
+    produce(tansu.bootstrap, topic, nyc_events[3000:6000], 2)
+    secure = copy.deepcopy(raw)
+    del secure["service"]["unsafe_test_seed"]
+    cfg2 = write_config(tmp_path / "secure.toml", secure)
+    assert run_to_completion(cfg2, redis_url, tmp_path / "w2.log", extra=["--standalone"]) == 6
+    assert "the checkpoint was written in test mode" in (tmp_path / "w2.log").read_text()
+    assert spent_by_user(store) == spent
+    assert releases_on_topics(tansu.bootstrap, raw, len(released)) == released
+    assert run_to_completion(cfg, redis_url, tmp_path / "w3.log", extra=["--standalone"]) == 0
