@@ -68,7 +68,7 @@ from streamdp.mechanisms.grid_means.data import GridValues, as_grid_values, chec
 from streamdp.mechanisms.grid_means.interquantile import (private_interquantile_interval,
                                                            private_interquantile_interval_cost)
 from streamdp.mechanisms.grid_means.private_interval import levy_tau, private_interval, private_interval_cost
-from streamdp.noise import samplers
+from streamdp.mechanisms.granular_laplace import granular_laplace
 
 __all__ = [
     "GridMeanRelease",
@@ -139,9 +139,15 @@ class GridMeanEstimator(ABC):
         return f"{type(self).__name__}(epsilon={self.epsilon!r}, upper={self.upper!r})"
 
 
-def _laplace_release(rng: np.random.Generator, statistic: float, scale: float) -> float:
-    """statistic + Lap(scale); a zero scale means the statistic is already a function of public/private outputs."""
-    return float(statistic + samplers.laplace(rng, scale)) if scale > 0 else float(statistic)
+def _laplace_release(rng: np.random.Generator, statistic: float, sensitivity: float,
+                     epsilon: float) -> tuple[float, float]:
+    """(release, noise scale): statistic + Lap(Δ/ε) on a power-of-two grid, pure ε-DP without the floating-point
+    leak of a float Laplace sum (:mod:`streamdp.mechanisms.granular_laplace`); the scale is the one actually used,
+    at most (1 + 2⁻³⁰/ε)·Δ/ε. A zero sensitivity means the statistic is already a function of public or private
+    outputs (an interval of zero width): released as it is, scale 0."""
+    if sensitivity <= 0:
+        return float(statistic), 0.0
+    return granular_laplace(rng, statistic, sensitivity, epsilon)
 
 
 # ------------------------------------------------------------------------------------------------- Baseline
@@ -158,8 +164,7 @@ class Baseline(GridMeanEstimator):
 
     def _release(self, grid: GridValues, rng: np.random.Generator) -> GridMeanRelease:
         delta = self.sensitivity(self.upper, grid.counts)
-        scale = delta / self.epsilon  # Lap(Δ/ε) ⇒ ε-DP; cost: Cost.pure_dp(ε)
-        value = _laplace_release(rng, grid.true_mean(), scale)
+        value, scale = _laplace_release(rng, grid.true_mean(), delta, self.epsilon)  # Lap(Δ/ε) ⇒ ε-DP; Cost.pure_dp(ε)
         return GridMeanRelease(self.name, value, self.epsilon, delta, scale)
 
 
@@ -205,8 +210,7 @@ class ArrayAveraging(_ClippedEstimator):
         plan = self.plan(grid.counts)
         f_arr = float(array_means(grid.values, plan).mean())
         delta = array_averaging_sensitivity(self.upper, plan)  # U/K̄ or 2U/K (002 eq. (6), §III-C)
-        scale = delta / self.epsilon  # Lap(Δ/ε) ⇒ ε-DP (002 Thm II.1); cost: Cost.pure_dp(ε)
-        value = _laplace_release(rng, f_arr, scale)
+        value, scale = _laplace_release(rng, f_arr, delta, self.epsilon)  # Lap(Δ/ε) ⇒ ε-DP (002 Thm II.1)
         return GridMeanRelease(self.name, value, self.epsilon, delta, scale, plan.grouping, plan.m_ub,
                                plan.n_arrays)
 
@@ -227,8 +231,8 @@ class _ProjectedEstimator(_ClippedEstimator):
         f = float(np.clip(means, a, b).mean())
         # Sensitivity of (1/K̄)·Σ Π_[a,b](Ā_i): (b − a)/K̄ (eq. (7)); ×2 under WrapAround (two arrays per user).
         delta = plan.arrays_per_user * (b - a) / plan.n_arrays
-        scale = delta / (self.epsilon / 2)  # Lap(2Δ/ε): the mean's share ε/2 (002 §III-D); total ε (Thm II.2)
-        value = _laplace_release(rng, f, scale)
+        # Lap(2Δ/ε): the mean's share ε/2 (002 §III-D); total ε (Thm II.2)
+        value, scale = _laplace_release(rng, f, delta, self.epsilon / 2)
         return GridMeanRelease(self.name, value, self.epsilon, delta, scale, plan.grouping, plan.m_ub,
                                plan.n_arrays, (float(a), float(b)))
 

@@ -61,16 +61,17 @@ def test_known_answer_sensitivities_and_scales():
 
     r = Baseline(eps, U).release(HAND, rng)
     assert r.sensitivity == pytest.approx(U * 5 / 12, rel=1e-14)
-    assert r.noise_scale == pytest.approx(U * 5 / 12 / eps, rel=1e-14)
+    # the granular Laplace's scale (mechanisms/granular_laplace.py): Δ/ε, up by at most a factor 1 + 2⁻³⁰/ε
+    assert U * 5 / 12 / eps <= r.noise_scale == pytest.approx(U * 5 / 12 / eps, rel=2**-30 / eps)
 
     r = ArrayAveraging(eps, U).release(HAND, rng)
     assert (r.m_ub, r.n_arrays, r.grouping) == (3, 4, "bestfit")
     assert r.sensitivity == pytest.approx(U / 4, rel=1e-14)
-    assert r.noise_scale == pytest.approx(U / 4 / eps, rel=1e-14)
+    assert U / 4 / eps <= r.noise_scale == pytest.approx(U / 4 / eps, rel=2**-30 / eps)
 
     r = ArrayAveraging(eps, U, grouping="wraparound").release(HAND, rng)
     assert (r.m_ub, r.n_arrays) == (3, 3)
-    assert r.noise_scale == pytest.approx(2 * U / 3 / eps, rel=1e-14)
+    assert r.noise_scale == pytest.approx(2 * U / 3 / eps, rel=2**-29 / eps)
 
     tau = U * math.sqrt(math.log(2 * 4 / 0.2) / (2 * 3))  # eq. (8), K̄ = 4, m_UB = 3, γ = 0.2
     midpoints = [(j + 0.5) * tau for j in range(math.ceil(U / tau))]
@@ -80,15 +81,15 @@ def test_known_answer_sensitivities_and_scales():
         assert any(a == pytest.approx(max(0.0, x - 1.5 * tau)) and b == pytest.approx(min(x + 1.5 * tau, U))
                    for x in midpoints)
         assert r.sensitivity == pytest.approx((b - a) / 4, rel=1e-12)
-        assert r.noise_scale == pytest.approx(2 * (b - a) / (4 * eps), rel=1e-12)  # Lap(2(b − a)/(K̄ε))
+        assert r.noise_scale == pytest.approx(2 * (b - a) / (4 * eps), rel=2**-29 / eps)  # Lap(2(b − a)/(K̄ε))
         r = Levy(eps, U, grouping="wraparound").release(HAND, rng)
         a, b = r.interval
-        assert r.noise_scale == pytest.approx(2 * 2 * (b - a) / (3 * eps), rel=1e-12)
+        assert r.noise_scale == pytest.approx(2 * 2 * (b - a) / (3 * eps), rel=2**-29 / eps)
         for cls in (FixedQuantile, OptimizedQuantile):
             r = cls(eps, U).release(HAND, rng)
             a, b = r.interval
             assert 0.0 <= a <= b <= U
-            assert r.noise_scale == pytest.approx(2 * (b - a) / (4 * eps), rel=1e-12)
+            assert r.noise_scale == pytest.approx(2 * (b - a) / (4 * eps), rel=2**-29 / eps)
 
 
 def test_optimized_quantile_levels():
@@ -247,7 +248,7 @@ def test_itms_profile_statistics_and_baseline_identity():
     assert 417 / 17166 == pytest.approx(0.0242922, abs=5e-8)
     g = GridValues.from_concatenated(np.full(c.sum(), 1.0), c, U)
     assert Baseline(0.5, U).release(g, unsafe_seeded_generator(0)).noise_scale == pytest.approx(
-        U * 417 / 17166 / 0.5, rel=1e-14)
+        U * 417 / 17166 / 0.5, rel=2**-30 / 0.5)
 
 
 @pytest.mark.statistical

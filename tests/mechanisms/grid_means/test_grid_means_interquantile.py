@@ -16,21 +16,28 @@ P_MIN = 1e-6
 
 
 def gap_probabilities_by_formula(values, q, eps, lo, hi, du=1):
-    """P(i) ∝ (x_(i+1) − x_(i))·exp(−ε|i − qn|/(2Δu)), padded x_(0) = lo, x_(n+1) = hi (notes/002.md)."""
-    x = [lo] + sorted(values) + [hi]
+    """P(i) ∝ c_i·exp(−ε|i − qn|/(2Δu)) (notes/002.md, on the public grid of the module docstring): c_i = the
+    number of grid points lo + j·h, h = 2^(⌊log2(hi − lo)⌋ − 20), with exactly i values strictly below them,
+    counted here over every grid point; c_i → (x_(i+1) − x_(i))/h, the paper's gap width."""
+    h = 2.0 ** (math.floor(math.log2(hi - lo)) - 20)
+    grid = lo + np.arange(int((hi - lo) // h) + 1) * h
+    rank = np.searchsorted(np.sort(np.clip(values, lo, hi)), grid, side="left")
+    c = np.bincount(rank, minlength=len(values) + 1)
     n = len(values)
-    w = [(x[i + 1] - x[i]) * math.exp(-eps * abs(i - q * n) / (2 * du)) for i in range(n + 1)]
+    w = [c[i] * math.exp(-eps * abs(i - q * n) / (2 * du)) for i in range(n + 1)]
     s = sum(w)
     return [v / s for v in w]
 
 
 def test_gap_probabilities_hand_example():
-    # values 2, 3, 7 in [0, 10], q = 1/2 → qn = 1.5; widths 2, 1, 4, 3; |i − qn| = 1.5, .5, .5, 1.5
+    # values 2, 3, 7 in [0, 10], q = 1/2 → qn = 1.5; h = 2⁻¹⁷: grid points of rank 0, 1, 2, 3 are [0, 2] (2·2¹⁷ + 1),
+    # (2, 3] (2¹⁷), (3, 7] (4·2¹⁷), (7, 10] (3·2¹⁷) — the widths 2, 1, 4, 3 up to one point; |i − qn| = 1.5, .5, .5, 1.5
     expected = gap_probabilities_by_formula([7, 2, 3], 0.5, 1.0, 0.0, 10.0)
-    w = np.array([2 * math.exp(-0.75), 1 * math.exp(-0.25), 4 * math.exp(-0.25), 3 * math.exp(-0.75)])
+    u = 2**17
+    w = np.array([(2 * u + 1) * math.exp(-0.75), u * math.exp(-0.25), 4 * u * math.exp(-0.25), 3 * u * math.exp(-0.75)])
     np.testing.assert_allclose(expected, w / w.sum(), rtol=1e-14)
     edges, p = smith_quantile_probabilities([7, 2, 3], 0.5, 1.0, 0.0, 10.0)
-    np.testing.assert_array_equal(edges, [0, 2, 3, 7, 10])
+    np.testing.assert_array_equal(edges, [0, 2 + 1 / u, 3 + 1 / u, 7 + 1 / u, 10 + 1 / u])
     np.testing.assert_allclose(p, expected, rtol=1e-12)
     _, p2 = smith_quantile_probabilities([7, 2, 3], 0.1, 1.0, 0.0, 10.0, utility_sensitivity=2)
     np.testing.assert_allclose(p2, gap_probabilities_by_formula([7, 2, 3], 0.1, 1.0, 0, 10, du=2), rtol=1e-12)
@@ -41,7 +48,8 @@ def test_ties_and_values_outside_the_range():
     _, p = smith_quantile_probabilities([5, 5, 12, -1], 0.5, 1.0, 0.0, 10.0)
     expected = gap_probabilities_by_formula([5, 5, 10, 0], 0.5, 1.0, 0.0, 10.0)
     np.testing.assert_allclose(p, expected, rtol=1e-12)
-    assert p[0] == 0 and p[2] == 0 and p[4] == 0
+    assert p[2] == 0 and p[4] == 0  # between the two 5s, and above the clipped 12 = hi: no grid point
+    assert p[0] > 0  # the single grid point lo = 0 has rank 0 (the clipped −1 is not below it)
     rng = unsafe_seeded_generator(3)
     draws = [smith_quantile([5, 5, 12, -1], 0.5, 1.0, 0.0, 10.0, rng) for _ in range(2000)]
     assert all(0.0 <= d <= 10.0 for d in draws)
@@ -61,9 +69,12 @@ def test_gap_law_chi2_and_uniform_within_gap():
 
 
 def _density(values, q, eps, lo, hi, x, du):
+    """The probability of the grid point just below each x (the output law is over grid points)."""
     edges, p = smith_quantile_probabilities(values, q, eps, lo, hi, du)
-    i = np.searchsorted(np.sort(np.clip(values, lo, hi)), x, side="left")
-    return p[i] / (edges[i + 1] - edges[i])
+    h = 2.0 ** (math.floor(math.log2(hi - lo)) - 20)
+    j = np.floor((x - lo) / h)
+    i = np.searchsorted(np.rint((edges - lo) / h), j, side="right") - 1
+    return p[i] / np.diff(np.rint((edges - lo) / h))[i]
 
 
 def test_exact_privacy_density_ratio():
@@ -114,3 +125,16 @@ def test_quantile_costs_are_exponential_mechanism_costs():
     assert smith_quantile_cost(0.25) == Cost(zcdp_rho=0.25**2 / 8)
     # two ends at ε_each compose in zCDP (001 Thm 6): 2·ε_each²/8
     assert private_interquantile_interval_cost(0.25) == Cost(zcdp_rho=2 * 0.25**2 / 8)
+
+
+def test_draws_are_points_of_the_public_grid():
+    """A point drawn uniformly inside a gap in floating point could reach floats that depend on the data values
+    at the gap's ends (Mironov 2012; twelfth-session noise review): every draw is lo + j·h for an integer j."""
+    rng = unsafe_seeded_generator(21)
+    for lo, hi in ((0.0, 10.0), (0.0, 100.0), (-3.0, 7.25)):
+        h = 2.0 ** (math.floor(math.log2(hi - lo)) - 20)
+        vals = rng.uniform(lo, hi, size=9) + 1e-9  # data values off the grid
+        for _ in range(300):
+            x = smith_quantile(vals, 0.3, 1.0, lo, hi, rng)
+            j = (x - lo) / h
+            assert j == int(j) and lo <= x <= hi
