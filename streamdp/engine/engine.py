@@ -157,6 +157,9 @@ class ReleaseEngine:
         self._buffers: dict[int, list[dict]] = {}
         # the replay digest chain (replay_digest.py): the last window's digest and the names it covers
         self.history, self._history_users, self._history_items = GENESIS, 0, 0
+        # release keys this engine logged during the current close_due (kept across its retries' restores): a
+        # logged key outside it was released by another run (_refuse_released)
+        self._logged_here: set[str] = set()
 
     # ---- ingest --------------------------------------------------------------------------------------------
     def ingest(self, batch: EventBatch, partition: int = 0, now: float | None = None) -> list[tuple[int, str]]:
@@ -240,6 +243,7 @@ class ReleaseEngine:
         due = self.due_windows(now)
         if not due:
             return []
+        self._logged_here = set()
         if len(due) >= MANY_WINDOWS_AT_ONCE:
             log.warning("closing %d windows at once (windows %d…%d, each released, most of them empty): events "
                         "far past the last closed window — check the configured origin (%s) and window_seconds "
@@ -283,16 +287,33 @@ class ReleaseEngine:
                         item_ids=np.zeros(0, np.int64), value=np.zeros(0), loc=np.zeros((0, 2)))
         return WindowData(seq=seq, epoch=(seq - 1) // L, t=(seq - 1) % L + 1, start=start, end=end, **data)
 
+    def _refuse_released(self, keys: list[str]) -> None:
+        """ReleaseConflict, before anything is drawn or charged, if the release log already holds one of ``keys``
+        (the window about to close) from another run: its users would be charged again and the release, with fresh
+        noise, refused only after the charge (a second ``demo --store redis://…`` over the same windows charged
+        1,057 users before its refusal; 2026-11-23 operator review).
+
+        * The worker's DeferredReleaseLog decides itself (``refuse_logged``): its release log is written with the
+          checkpoint, so a restored engine never closes a logged window again.
+        * Keys this engine logged in the current :meth:`close_due` are its own: a retry after a store failure
+          closes them again with the same noise (the snapshot restores the generator) and finds them identical.
+        * In test mode a re-run with the same seed draws the same noise: its admits are replays (no charge) and
+          its releases identical, so it is let through (another seed still ends in ReleaseConflict)."""
+        refuse_logged = getattr(self.store, "refuse_logged", None)
+        if refuse_logged is not None:
+            refuse_logged(keys)
+            return
+        if self.config.unsafe_test_seed is not None:
+            return
+        for k in keys:
+            if k not in self._logged_here and self.store.get_release(k) is not None:
+                raise ReleaseConflict(k)
+
     def close_window(self, seq: int) -> WindowSummary:
         t0 = time.perf_counter()
         generator_state = generator_fingerprint(self.rng)  # before anything of this close draws
         w = self._window_data(seq)
-        # a store that can tell (the worker's DeferredReleaseLog: there the release log and the checkpoint are
-        # written together, so a restored engine never closes a logged window again) refuses a window whose release
-        # is already logged — another deployment with these query ids — before anything is drawn or charged
-        refuse_logged = getattr(self.store, "refuse_logged", None)
-        if refuse_logged is not None:
-            refuse_logged([release_key(q.id, w.epoch, w.t) for q in self.queries])
+        self._refuse_released([release_key(q.id, w.epoch, w.t) for q in self.queries])
         if w.epoch != self.epoch:
             for q in self.queries:
                 q.new_epoch()
@@ -354,6 +375,7 @@ class ReleaseEngine:
                 _add_rows(actual_total, all_users, users, costs, subset=rel.actual is None)
             rec = ReleaseRecord.build(q, w, rel, costs)
             body = rec.to_bytes()
+            self._logged_here.add(rec.key)  # first: a write whose reply is lost may still have logged it
             stored = self.store.put_release(rec.key, body)
             if stored != body:
                 raise ReleaseConflict(rec.key)
