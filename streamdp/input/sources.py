@@ -127,8 +127,10 @@ def synthetic_events(n_users: int = 20_000, n_items: int = 5_000, windows: int =
 
 def jsonl_events(path: str) -> Iterator[bytes]:
     with open(path, "rb") as f:
-        for line in f:
+        for lineno, line in enumerate(f):
             line = line.rstrip(b"\r\n")
+            if lineno == 0 and line.startswith(b"\xef\xbb\xbf"):  # a file's byte-order mark, not the event's
+                line = line[3:]
             if line:
                 yield line
 

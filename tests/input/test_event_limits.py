@@ -167,7 +167,7 @@ def test_dead_letters_keep_the_payload_bytes_exactly(arrow_calls):
         (b'  {"user": "a", "ts": -5}  ', "absurd_ts"),
         (b'\t{"user": "a", "ts": 1700000000, "items": [""]}\n ', "bad_items"),
         (b' {"user": "a", "ts": ', "malformed_json"),
-        (b"\n\n", "malformed_json"),
+        (b"\n\n", "empty_payload"),
     ]
     payloads = list(PAD)
     where = []

@@ -11,7 +11,12 @@ from streamdp.input.events import FAST_MIN_BATCH, MAX_ITEMS, MAX_PAYLOAD_BYTES, 
 GOOD = b'{"user": "u1", "ts": 1700000000.5, "items": ["a", "b"], "value": 3.5, "loc": [37.7, -122.4]}'
 
 MALFORMED = [
-    (b"", "malformed_json"),
+    (b"", "empty_payload"),
+    (b"  \n", "empty_payload"),
+    (b"\xef\xbb\xbf{}", "malformed_json"),  # a byte-order mark (the detail names it)
+    (b'{"user": "\\ud800", "ts": 1700000000}', "malformed_json"),  # a lone surrogate escape (valid UTF-8)
+    (b'{"user": "u1", "ts": 1700000000, "\xaetems": ["a"]}', "not_utf8"),  # in a key msgspec skips
+    (b'{"user": "u1", "ts": 1700000000, "note": "\xff"}', "not_utf8"),  # in an ignored field
     (b"{", "malformed_json"),
     (b"not json", "malformed_json"),
     (b'{"user": "u1", "ts": 1700000000,}', "malformed_json"),

@@ -17,6 +17,8 @@ from typing import Callable, Iterable, Iterator
 import orjson
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
+from streamdp.input.events import BadEvent, parse_event
+
 #: the producer's request limit: a larger event cannot be sent (it is skipped with a warning)
 MAX_REQUEST_SIZE = 2 * 1024 * 1024
 
@@ -31,6 +33,9 @@ class ReplayError(KafkaError):
 
     def __str__(self) -> str:
         return f"{self.where}: {self.error} ({self.acknowledged:,} events acknowledged before the replay stopped)"
+
+
+BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark
 
 
 class JsonlFile:
@@ -49,6 +54,8 @@ class JsonlFile:
         with open(self.path, "rb") as f:
             for lineno, line in enumerate(f, 1):
                 line = line.rstrip(b"\r\n")
+                if lineno == 1 and line.startswith(BOM):  # a file's byte-order mark is not part of its first event
+                    line = line[len(BOM):]
                 if not line:
                     continue
                 if lineno - 1 - i != self._skip[-1]:
@@ -64,7 +71,13 @@ class JsonlFile:
 
 
 def user_key(payload: bytes) -> bytes | None:
-    """The Kafka key of an event: its ``user`` (as the worker reads it), or None."""
+    """The Kafka key of an event: its ``user`` as the worker reads it (:func:`parse_event`, so that every event
+    the worker accepts for a user lands in that user's partition), or for a bad event whatever ``user`` it has, or
+    None."""
+    try:
+        return parse_event(payload)[0].encode()
+    except BadEvent:
+        pass
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError:
