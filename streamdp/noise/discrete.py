@@ -48,8 +48,15 @@ MAX_SCALE = float(2**40)
 _BATCH = 1 << 20
 
 
+#: Below this σ, N_Z(0, σ²) is the point mass at 0 to float precision: Pr[X ≠ 0] < 3·exp(−1/(2σ²)) < 10⁻²⁴⁰. The
+#: sampler returns zeros there (its rejection step computed 0·∞ = NaN for σ ≲ 5e-155 and never accepted).
+POINT_MASS_SIGMA = 0.03
+
+
 def _scalar_scale(x, name: str) -> float:
-    """A positive finite scalar ≤ MAX_SCALE, or a ValueError naming ``name``."""
+    """A positive finite scalar ≤ MAX_SCALE, or a ValueError naming ``name`` (booleans and strings refused)."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"{name} must be a real number, got {x!r}")
     if np.ndim(x) != 0:
         raise ValueError(f"{name} must be a scalar for the discrete samplers, got an array of shape {np.shape(x)}")
     try:
@@ -123,6 +130,8 @@ def discrete_gaussian(rng: np.random.Generator, sigma: float, size=None):
     sigma = _scalar_scale(sigma, "sigma")
     shape = _shape(size)
     n = math.prod(shape) if shape else 1
+    if sigma < POINT_MASS_SIGMA:
+        return _finish(np.zeros(n, dtype=np.int64), shape)
     t = math.floor(sigma) + 1.0
     p = -math.expm1(-1.0 / t)
     centre = sigma * sigma / t

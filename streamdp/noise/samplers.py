@@ -21,6 +21,16 @@ Vector laws (output shape ``size + (d,)``; a scalar scale):
   is ∝ exp(−‖z‖₂/s).
 * :func:`uniform_sphere`, :func:`uniform_ball` — uniform on the unit sphere S^{d−1} / in the unit ball of ℝ^d.
 
+Float gaps (δ-level, stated here once; 2026-11-23 noise review). numpy draws these laws from 53-bit uniforms, so
+their tails are cut: Gumbel −β·log(−log U) lies in about [−3.6β, 36.7β] and Laplace within ±36.7b, each missing a
+tail mass of about 2⁻⁵³ ≈ 1e-16; the exponential mechanisms that pick an index by one 53-bit uniform
+(``grid_means.private_interval.sample_log_weights``) resolve probabilities to 2⁻⁵³ and drop weights below e⁻⁷⁴⁵.
+Each is a statistical distance of order 1e-16 per draw from the exact law, i.e. an additive δ of that order on a
+pure-ε claim — negligible next to any configured δ, and not added to the charged costs. The discrete samplers'
+own gap is discussed in :mod:`streamdp.noise.discrete`. Float *outputs* are a separate matter: a float release
+must not add float noise to a data-dependent float (Mironov 2012); see ``mechanisms/granular_laplace.py`` and
+docs/DECISIONS.md ("Float releases are drawn on a public grid").
+
 The samplers only draw noise; the privacy cost of each use is stated by the mechanism that adds it.
 Bad parameters raise ``ValueError`` naming the parameter.
 """
@@ -49,8 +59,15 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------------------- validation
-def _positive(x, name: str):
-    """A finite positive float (or float array, every entry finite and > 0); ValueError naming ``name``."""
+#: Largest scale of the continuous samplers: a few dozen scales still fit a float64 (a sample at 1.7e308 was ±inf)
+MAX_SCALE = 1e300
+
+
+def _positive(x, name: str, upper: float = MAX_SCALE):
+    """A finite positive float ≤ ``upper`` (or float array, every entry so); ValueError naming ``name``. Booleans and
+    strings are refused (numpy would read True as 1.0 and "3" as 3.0)."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"{name} must be a real number (or array of reals), got {x!r}")
     try:
         a = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
@@ -59,6 +76,8 @@ def _positive(x, name: str):
         raise ValueError(f"{name} must not be empty")
     if not np.all(np.isfinite(a)) or not np.all(a > 0):
         raise ValueError(f"{name} must be finite and > 0, got {x!r}")
+    if np.any(a > upper):
+        raise ValueError(f"{name} must be ≤ {upper:g} (a larger scale overflows float64 samples), got {x!r}")
     return float(a) if a.ndim == 0 else a
 
 
@@ -142,6 +161,8 @@ def planar_laplace(rng: np.random.Generator, epsilon: float, size=None) -> np.nd
     K-Lipschitz location query this is ε_GP-geo-indistinguishable; its cost is charged by the mechanism.
     """
     epsilon = _positive_scalar(epsilon, "epsilon")
+    if epsilon < 1.0 / MAX_SCALE:
+        raise ValueError(f"epsilon must be ≥ {1.0 / MAX_SCALE:g} (the radius scale 1/ε overflows), got {epsilon!r}")
     shape = _shape(size)
     radius = rng.standard_exponential(shape)
     radius += rng.standard_exponential(shape)
