@@ -51,7 +51,8 @@ SERVICE_PARAMS = (
           max=MAX_TS),
     Param("idle_timeout", "float", "seconds after which an idle partition no longer holds the watermark",
           default=None, gt=0),
-    Param("max_future_seconds", "float", "events this far ahead of the watermark are dead-lettered",
+    Param("max_future_seconds", "float", "events this far ahead of the watermark, or of the current time, are "
+          "dead-lettered",
           default=30 * 86400.0, gt=0),
     Param("unsafe_test_seed", "int", "TEST MODE: deterministic noise — releases are NOT private", default=None,
           min=0),

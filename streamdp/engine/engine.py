@@ -170,7 +170,7 @@ class ReleaseEngine:
         self.counters.events_in += n
         W, c = self.windows, self.config
         pos = stream_position(batch.ts, W.watermark_at(now), c.allowed_lateness)
-        future = absurd_times(batch.ts, pos, c.max_future_seconds)
+        future = absurd_times(batch.ts, pos, c.max_future_seconds, time.time())
         t = W.window_of(batch.ts)
         reasons = np.full(n, None, dtype=object)
         reasons[t <= W.last_closed] = "late"

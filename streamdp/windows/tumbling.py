@@ -27,8 +27,17 @@ def stream_position(ts: np.ndarray, watermark: float, allowed_lateness: float) -
     return float(np.partition(ts, k)[k])
 
 
-def absurd_times(ts: np.ndarray, position: float, max_future: float | None) -> np.ndarray:
-    """The too-far-in-the-future mask of a batch against the stream's ``position``.
+def absurd_times(ts: np.ndarray, position: float, max_future: float | None,
+                 now: float | None = None) -> np.ndarray:
+    """The too-far-in-the-future mask of a batch against the stream's ``position`` and the wall clock ``now``.
+
+    Absolute: more than ``max_future`` seconds after ``now`` (Unix time; None: not checked). Whatever the
+    position, such a time has not happened yet. Before any watermark exists the position is the batch's own median,
+    so a first fetch of ONE record with a far-future time used to be its own reference: it closed every window up
+    to it (11k one-day windows for a 2042 event in the 2026-11-23 input review) and made the rest of the stream
+    late. A time refused this way is not a reference either. A crash replay re-judges an event against a later
+    clock, so an event that was in the future by just over ``max_future`` can be accepted on the replay: only
+    events stamped ahead of the clock are ever judged differently.
 
     Future: more than ``max_future`` seconds after the newest time accepted so far — the position, or an earlier
     event of the same batch (in batch order) that was itself accepted. A batch's own in-order progress therefore
@@ -40,9 +49,10 @@ def absurd_times(ts: np.ndarray, position: float, max_future: float | None) -> n
     ts = np.asarray(ts, dtype=np.float64)
     if max_future is None:
         return np.zeros(ts.size, dtype=bool)
-    future = ts > position + max_future
+    cap = math.inf if now is None else now + max_future
+    future = (ts > position + max_future) | (ts > cap)
     if future.any():
-        future = _chained(ts, future, position, max_future)
+        future = _chained(ts, future, position, max_future, cap)
     return future
 
 
@@ -56,19 +66,21 @@ def rejection_detail(reason: str, ts: float, windows: "TumblingWindows", max_fut
         return f"event time {ts!r} is before the windows' origin {windows.origin!r}"
     if reason == "too_far_in_future":
         return (f"event time {ts!r} is more than max_future_seconds = {max_future!r} past the newest time accepted "
-                "before it")
+                "before it, or past the current time")
     return ""
 
 
-def _chained(ts: np.ndarray, future: np.ndarray, position: float, max_future: float) -> np.ndarray:
+def _chained(ts: np.ndarray, future: np.ndarray, position: float, max_future: float,
+             cap: float = math.inf) -> np.ndarray:
     """``future`` refined in batch order: an event counts as too far ahead only if it is more than ``max_future``
-    after the newest time accepted before it (the position, or an accepted earlier event of the batch). Runs only
-    for a batch with a flagged event; the events before the first flagged one are accepted as they were."""
+    after the newest time accepted before it (the position, or an accepted earlier event of the batch), or past
+    ``cap`` (the wall clock's limit, never credited). Runs only for a batch with a flagged event; the events before
+    the first flagged one are accepted as they were."""
     first = int(np.argmax(future))
     ref = max(position, float(ts[:first].max())) if first else position
     out = future.copy()
     for i, x in enumerate(ts[first:].tolist(), first):  # sequential: each decision moves the reference
-        if x > ref + max_future:
+        if x > ref + max_future or x > cap:
             out[i] = True
         else:
             out[i] = False

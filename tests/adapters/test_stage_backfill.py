@@ -90,5 +90,5 @@ def test_time_rejections_carry_a_detail():
         "late": f"event time {late!r} falls in window 1, already closed (last closed window 2)",
         "before_origin": f"event time {early!r} is before the windows' origin {T0!r}",
         "too_far_in_future": f"event time {far!r} is more than max_future_seconds = 2592000.0 past the newest time "
-                             "accepted before it",
+                             "accepted before it, or past the current time",
     }

@@ -226,7 +226,7 @@ class CanonicalStage:
         wm = self.wm.watermark(now)
         own = self.wm.max_ts.get(int(partition), -math.inf)
         pos = stream_position(batch.ts, max(wm, own - c.allowed_lateness), c.allowed_lateness)
-        future = absurd_times(batch.ts, pos, c.max_future_seconds)
+        future = absurd_times(batch.ts, pos, c.max_future_seconds, time.time())
         t = W.window_of(batch.ts)
         reasons = np.full(n, None, dtype=object)
         reasons[t <= W.last_closed] = "late"
