@@ -142,7 +142,7 @@ def _run_demo(args, opened: list) -> int:
     engine = ReleaseEngine(econf, cfg.build_queries(), store)
     try:
         os.makedirs(args.out, exist_ok=True)
-        sink = JsonlSink(args.out)
+        sink = JsonlSink(args.out, input_name=args.data)
     except OSError as e:
         raise CLIError(f"cannot write to --out {args.out!r}: {e}") from None
     ws = cfg.service["window_seconds"]

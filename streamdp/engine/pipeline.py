@@ -24,6 +24,7 @@ class EmbeddedPipeline:
         self.on_window = on_window
         self.before_publish = before_publish
         self.dead_letters = 0
+        self.events_seen = 0  # payloads fed so far: a dead letter's offset is its position in the whole input
 
     def _emit(self, summaries: list[WindowSummary]) -> None:
         if summaries and self.before_publish is not None:
@@ -45,14 +46,17 @@ class EmbeddedPipeline:
             self._feed(payloads)
 
     def _feed(self, payloads: list[bytes]) -> None:
+        base = self.events_seen
+        self.events_seen += len(payloads)
         batch, dead = parse_batch(payloads)
         for d in dead:
             self.engine.counters.dead(d.reason)
-            self._dead(d)
+            self._dead(DeadLetter(d.payload, d.reason, d.detail, base + (d.index or 0)))
         e = self.engine
         for row, reason in e.ingest(batch):
             detail = rejection_detail(reason, float(batch.ts[row]), e.windows, e.config.max_future_seconds)
-            self._dead(DeadLetter(payloads[int(batch.source_rows[row])], reason, detail))
+            src = int(batch.source_rows[row])
+            self._dead(DeadLetter(payloads[src], reason, detail, base + src))
         self._emit(self.engine.close_due())
 
     def run(self, batches: Iterable[list[bytes]], progress: Callable[[int], None] | None = None) -> None:

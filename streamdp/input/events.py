@@ -50,6 +50,7 @@ class DeadLetter:
     payload: bytes
     reason: str
     detail: str = ""
+    index: int | None = None  # the payload's position in the batch parse_batch was given (0-based)
 
 
 @dataclass
@@ -446,5 +447,5 @@ def parse_batch(raws: list[bytes], *, fast: bool = True) -> tuple[EventBatch, li
         batch.user_dict, batch.user_codes = codes[0], user_codes
         batch.item_dict, batch.item_codes = codes[1], item_codes
     dl = [DeadLetter(bytes(raws[i]) if isinstance(raws[i], (bytes, bytearray)) else _as_payload(raws[i]),
-                     dead[i].reason, dead[i].detail) for i in sorted(dead)]
+                     dead[i].reason, dead[i].detail, i) for i in sorted(dead)]
     return batch, dl

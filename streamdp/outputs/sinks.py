@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import os
 
-import orjson
-
 from streamdp.input.events import DeadLetter
+from streamdp.outputs.dead_letters import dead_letter_value
 from streamdp.outputs.records import ReleaseRecord
 
 
 class JsonlSink:
-    """Writes every release to ``DIR/releases/<query>.jsonl`` and dead letters to ``DIR/dead_letters.jsonl``."""
+    """Writes every release to ``DIR/releases/<query>.jsonl`` and dead letters to ``DIR/dead_letters.jsonl`` —
+    the worker's dead-letter record (:mod:`streamdp.outputs.dead_letters`) with ``topic`` = ``input_name``,
+    partition 0 and ``offset`` = the event's position in the input (DeadLetter.index)."""
 
-    def __init__(self, out_dir: str) -> None:
+    def __init__(self, out_dir: str, input_name: str = "input") -> None:
         self.dir = out_dir
+        self.input_name = input_name
         os.makedirs(os.path.join(out_dir, "releases"), exist_ok=True)
         self._files: dict[str, object] = {}
         self._dead = open(os.path.join(out_dir, "dead_letters.jsonl"), "wb")
@@ -26,8 +28,7 @@ class JsonlSink:
         f.write(rec.to_bytes() + b"\n")
 
     def dead_letter(self, d: DeadLetter) -> None:
-        self._dead.write(orjson.dumps({"reason": d.reason, "detail": d.detail,
-                                       "payload": d.payload.decode("utf-8", "replace")}) + b"\n")
+        self._dead.write(dead_letter_value(d.payload, d.reason, d.detail, self.input_name, 0, d.index or 0) + b"\n")
 
     def close(self) -> None:
         for f in self._files.values():

