@@ -51,10 +51,12 @@ def _check(args) -> int:
 
     try:
         cfg = load_config(args.file, log_warnings=False)  # printed below
-    except ConfigFileError as e:  # its message starts with the path already
-        raise CLIError(str(e), code=1) from None
-    except ConfigError as e:
-        raise CLIError(f"{args.file}: {e}", code=1) from None
+    except (ConfigFileError, ConfigError) as e:
+        # a ConfigFileError's message starts with the path already
+        msg = str(e) if isinstance(e, ConfigFileError) else f"{args.file}: {e}"
+        if args.json:  # a machine reader gets its answer on stdout either way
+            print(json.dumps({"ok": False, "error": msg}, indent=1))
+        raise CLIError(msg, code=1) from None
     qs = cfg.build_queries()
     if args.json:
         print(json.dumps({"ok": True, "queries": [q.describe() for q in qs], "warnings": cfg.warnings}, indent=1,
