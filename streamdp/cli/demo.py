@@ -208,7 +208,7 @@ def _run_demo(args, opened: list) -> int:
           f"({len(events) / max(elapsed, 1e-9):,.0f} ev/s), {engine.counters.windows_closed} windows, "
           f"{engine.counters.releases} releases, {pipe.dead_letters} dead letters "
           f"({', '.join(f'{k}: {v}' for k, v in engine.counters.by_reason.items()) or 'none'})")
-    print(f"users: {len(users):,} seen, {halted:,} halted (budget exhausted)")
+    print(f"users: {len(users):,} seen, {halted:,} halted (a charge their remaining budget could not cover)")
     print(f"outputs: {os.path.join(args.out, 'releases')}/*.jsonl, {args.out}/summary.json"
           + ("" if args.no_plot else f", {args.out}/plot.png"))
     if cfg.service["unsafe_test_seed"] is not None:
