@@ -4,12 +4,16 @@
     streamdp budget list [--exhausted] [--top N] [--notion zcdp|cgp|emd]
     streamdp budget stats [--notion zcdp|cgp|emd]
     streamdp budget ledger [--query Q] [--since T] [--totals]
-    streamdp budget grant USER --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--reason TEXT] [--actor NAME]
-    streamdp budget set-default --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--reason TEXT] [--actor NAME]
+    streamdp budget grant USER --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--create]
+                                 [--reason TEXT] [--actor NAME]
+    streamdp budget set-default --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--create]
+                                [--reason TEXT] [--actor NAME]
     streamdp budget export [--format csv|jsonl]
 
 Every command takes ``--store URL`` (``redis://``, ``rediss://``, ``unix://`` or the path of an embedded store
-file; default: the environment variable ``STREAMDP_STORE``) and ``--json``.
+file; default: the environment variable ``STREAMDP_STORE``) and ``--json``. A store file must exist — ``grant`` and
+``set-default`` create a missing one only with ``--create`` (a mistyped path is refused, not a new empty store) —
+and ``host:port`` without a scheme is refused: write ``redis://host:port``.
 
 A user as JSON (one entry per notion in use, i.e. with a non-zero budget or spend; ``spent``/``budget`` are ρ for
 ``zcdp`` and ``cgp`` and α for ``emd``; an unlimited budget — the fixed-point INT64_MAX sentinel — is ``null``)::
@@ -26,11 +30,14 @@ A user as JSON (one entry per notion in use, i.e. with a non-zero budget or spen
 The *used fraction* of a notion is the largest spent/budget over its components with a non-zero budget; the
 *remaining fraction* is one minus it. ``grant`` and ``set-default`` replace the budget of ONE notion (``--rho``
 is ρ, or α for ``emd``, below 9223372.036854775807 — INT64_MAX at the 10⁻¹² fixed point; ``--delta`` is δ, below 1,
-and the current δ budget stays when it is omitted; ``inf`` means unlimited); they are administrative, refuse to run
-without ``--yes`` and write an audit entry to the ledger. Only that notion's values are changed, atomically
-against the store's current ones (a concurrent change of another notion stands). A ``grant`` gives the user an
-override of their WHOLE budget: the other notions keep the values they have at that moment and no longer follow
-``set-default``.
+and the current δ budget stays when it is omitted; ``inf`` or ``infinity`` — nothing else, not an overflowing
+``1e400`` — means unlimited; values are decimal numbers, and a non-zero one must be at least the grid's 10⁻¹², δ
+10⁻¹⁸); they are administrative, refuse to run without ``--yes``, write an audit entry to the ledger and name the
+store in their confirmation. ``set-default --rho`` needs ``--delta`` while the notion's current default δ is 0 (a
+new store): a default of ρ > 0 with δ = 0 halts every user of a query that charges δ. Only that notion's values are
+changed, atomically against the store's current ones (a concurrent change of another notion stands). A ``grant``
+gives the user an override of their WHOLE budget: the other notions keep the values they have at that moment and no
+longer follow ``set-default``.
 Errors (unreachable store, unknown user, bad URL) print one line on stderr and exit non-zero: 1 for a failed
 operation, 2 for a usage error.
 """
@@ -51,8 +58,8 @@ from typing import Iterable
 
 import numpy as np
 
-from streamdp.accounting.cost import (INT64_MAX, LOSS_SCALE, NOTIONS, SCALES, budget_to_fixed, check_budget_range,
-                                      from_fixed, max_budget_text)
+from streamdp.accounting.cost import (DELTA_SCALE, INT64_MAX, LOSS_SCALE, NOTIONS, SCALES, budget_to_fixed,
+                                      check_budget_range, from_fixed, max_budget_text)
 from streamdp.accounting.report import DEFAULT_DELTA_PRIME, DEFAULT_GP_WITHIN_KM, as_dp, as_gp
 from streamdp.cli.arguments import positive_int
 from streamdp.cli.main import CLIError
@@ -63,6 +70,8 @@ from streamdp.outputs.ledger_totals import ledger_totals
 __all__ = ["register", "user_json", "used_fraction"]
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+#: ``localhost:6379``, ``10.0.0.5:6379/0``, ``[::1]:6379``: a Redis address without its scheme, not a file name
+_HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}(?:/\d*)?")
 _BINS = 10
 
 
@@ -163,17 +172,28 @@ def _open_store(args, *, write: bool = False) -> BudgetStore:
         return st
     if "://" in url:
         raise CLIError(f"unsupported store URL {url!r}: use redis://, rediss://, unix:// or a file path")
+    if _HOST_PORT.fullmatch(url):  # it would be a file of that name (and a write created one, review 12 F5)
+        raise CLIError(f"store {url!r} looks like a Redis address without its scheme: write redis://{url} (a file "
+                       f"with that name: ./{url})")
     from streamdp.filter.file_lock import StoreBusy, StoreFileLock
     from streamdp.filter.memory import MemoryBudgetStore
 
-    if not os.path.exists(url) and not write:
-        raise CLIError(f"budget store file {url!r} does not exist", code=1)
+    create = write and getattr(args, "create", False)
+    if not os.path.exists(url) and not create:
+        # a write to a mistyped path created a new, empty store (default budget 0) and reported success while the
+        # real store stayed unchanged (review 12 F5): a new store file is made only on request
+        hint = (" — nothing was changed; check the path, or give --create to start a new store file there (its "
+                "default budget is 0 in every notion until `set-default`)") if write else ""
+        raise CLIError(f"budget store file {url!r} does not exist{hint}", code=1)
     try:  # a write holds the file's lock from before the load to the save (file_lock.py): no lost update
         held = StoreFileLock(url).acquire() if write else None
     except StoreBusy as e:
         raise CLIError(str(e), code=1) from None
     except OSError as e:
         raise CLIError(f"cannot lock budget store file {url!r}: {e}", code=1) from None
+    if held is not None and not create and not os.path.exists(url):  # removed while the lock was being taken
+        held.release()
+        raise CLIError(f"budget store file {url!r} does not exist — nothing was changed", code=1)
     try:
         st = MemoryBudgetStore.load(url) if os.path.exists(url) else MemoryBudgetStore(path=url)
     except ValueError as e:  # load names the file and the problem
@@ -186,6 +206,16 @@ def _open_store(args, *, write: bool = False) -> BudgetStore:
         raise CLIError(f"cannot read budget store file {url!r}: {e}", code=1) from None
     st.file_lock = held
     return st
+
+
+def _store_name(st: BudgetStore) -> str:
+    """The store a write went to, for its confirmation: the file's path, or the Redis URL without credentials."""
+    path = getattr(st, "path", None)
+    if path:
+        return str(path)
+    from streamdp.filter.redis_store import redact_url
+
+    return redact_url(getattr(st, "url", "") or "") or "Redis"
 
 
 def _run(fn):
@@ -329,11 +359,12 @@ def _stats(args, st: BudgetStore) -> int:
     return 0
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_DURATION = re.compile(r"^-?(\d+(?:\.\d+)?)([smhd])$")  # "-1d" is "1d" ago too (there is no "1d from now")
 
 
 def _parse_since(text: str) -> float:
-    """Seconds since the epoch, an ISO-8601 time (UTC unless it names a zone), or a duration ago (30m, 2h, 7d)."""
+    """Seconds since the epoch, an ISO-8601 time (UTC unless it names a zone), or a duration ago (30m, 2h, 7d; with
+    a minus sign, -7d, the same)."""
     m = _DURATION.match(text)
     if m:
         mult = {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
@@ -348,7 +379,7 @@ def _parse_since(text: str) -> float:
         t = dt.datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected seconds since the epoch, an ISO-8601 time or a duration like 2h, got {text!r}") from None
+            f"expected seconds since the epoch, an ISO-8601 time or a duration ago like 2h, got {text!r}") from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)
     return t.timestamp()
@@ -446,14 +477,31 @@ def _grant(args, st: BudgetStore) -> int:
     else:
         d = _notion_json(rec.spent, rec.budget, NOTIONS.index(args.notion))
         print(f"granted {args.user}: {args.notion} budget {_num(d['budget'])}, δ budget {_num(d['delta_budget'])}"
-              f"{' (user is HALTED: a grant does not resume it)' if rec.halted else ''}")
+              f"{' (user is HALTED: a grant does not resume it)' if rec.halted else ''} — store {_store_name(st)}")
     return 0
+
+
+def _refuse_kept_zero_delta(args, current: np.ndarray) -> None:
+    """``set-default --rho R`` without ``--delta`` keeps the current δ; where that δ is 0 (a new store, a Redis
+    store with no default yet) the default became ρ > 0 with δ = 0, the store's default then overrode [budget], and
+    every user of a query that charges δ (zcdp: continual counts, top-k) was halted for good at their first window
+    (review 12 F4). Such a δ must be given explicitly (``--delta 0`` where this notion's queries charge no δ)."""
+    if args.delta is not None or args.rho == 0:
+        return
+    k = NOTIONS.index(args.notion)
+    if int(current[2 * k + 1]) == 0:
+        raise CLIError(f"set-default --rho without --delta would leave the default {args.notion} δ budget at 0 (the "
+                       f"store's current one): every user of a query charging δ in {args.notion} would be halted for "
+                       "good at their first window; give --delta D (e.g. --delta 1e-5), or --delta 0 if no query "
+                       f"charges δ in {args.notion}")
 
 
 @_run
 def _set_default(args, st: BudgetStore) -> int:
     _require_yes(args, "set-default")
-    b, comps = _new_budget(st.default_budget(), args)
+    current = st.default_budget()
+    _refuse_kept_zero_delta(args, current)
+    b, comps = _new_budget(current, args)
     st.set_default_budget(b, actor=_actor(args), reason=args.reason, components=comps)
     _save(st)
     b = st.default_budget()
@@ -462,7 +510,7 @@ def _set_default(args, st: BudgetStore) -> int:
     else:
         d = _notion_json(None, b, NOTIONS.index(args.notion))
         print(f"default {args.notion} budget {_num(d['budget'])}, δ budget {_num(d['delta_budget'])} "
-              "(users with a per-user grant keep theirs)")
+              f"(users with a per-user grant keep theirs) — store {_store_name(st)}")
     return 0
 
 
@@ -491,13 +539,31 @@ def _export(args, st: BudgetStore) -> int:
 
 
 # ------------------------------------------------------------------------------------------------- argparse
+#: a decimal number as an operator writes it: no ``_`` separators (``float("1_000")`` is 1000), no ``nan``, no hex
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+#: the only spellings of an unlimited value: ``inf`` / ``infinity`` in any case, with an optional ``+``
+_INFINITY = re.compile(r"\+?(?:inf|infinity)", re.IGNORECASE)
+
+
+class _TooLarge(argparse.ArgumentTypeError):
+    """A finite number written out that a float cannot hold (``1e400``, ``1e309``): ``float()`` makes it ``inf``,
+    which is *unlimited* to a budget — refused, never taken for ``inf``."""
+
+
 def _nonneg_real(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 0 (or inf), got {text!r}") from None
-    if math.isnan(v) or v < 0:
+    """A number ≥ 0 in decimal notation, or ``inf``/``infinity`` (any case, optional ``+``) for unlimited. Anything
+    ``float()`` would also take — ``1_000``, ``nan``, ``infinity`` with a sign ``-`` — is refused; so is a finite
+    number too large for a float (``1e400``): it is not ``inf`` (:class:`_TooLarge`)."""
+    t = text.strip()
+    if _INFINITY.fullmatch(t):
+        return math.inf
+    if not _DECIMAL.fullmatch(t):
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0 in decimal notation (or inf), got {text!r}")
+    v = float(t)
+    if v < 0:
         raise argparse.ArgumentTypeError(f"expected a number ≥ 0 (or inf), got {text!r}")
+    if math.isinf(v):
+        raise _TooLarge(f"{text!r} is a finite number too large to hold (it is not inf)")
     return v
 
 
@@ -530,22 +596,61 @@ def _positive_real(text: str) -> float:
     return v
 
 
+def _budget_number(text: str, scale: int, what: str) -> float:
+    """``text`` as a budget at ``scale``: literally ``inf`` (unlimited), or a finite number ≥ 0 that the fixed-point
+    grid holds. A finite number written past the range — ``1e7``, and ``1e400`` too, which ``float()`` turns into
+    ``inf`` — is refused with the maximum (it would become the unlimited sentinel); so is a non-zero number that
+    rounds down to 0 on the grid (it would be "no budget", not the tiny budget asked for)."""
+    too_large = argparse.ArgumentTypeError(f"a finite budget must be < {max_budget_text(scale)} (the fixed-point "
+                                           f"range of budgets), got {text!r}; use inf for an unlimited budget")
+    try:
+        v = _nonneg_real(text)
+    except _TooLarge:
+        raise too_large from None
+    try:
+        v = check_budget_range(v, scale, what)
+    except ValueError:
+        raise too_large from None
+    if v > 0 and budget_to_fixed(v, scale) == 0:
+        raise argparse.ArgumentTypeError(
+            f"{what} {text!r} rounds down to 0 (no budget) in the fixed-point ledger, whose smallest non-zero {what} "
+            f"is {1 / scale:g}; give 0 for no budget or at least {1 / scale:g}")
+    return v
+
+
 def _rho_budget(text: str) -> float:
     """A ρ (or α) budget: a number ≥ 0 below the fixed-point range (INT64_MAX/10¹² ≈ 9.22e6), or inf (unlimited).
     A finite value past the range would become the unlimited sentinel: refused."""
-    v = _nonneg_real(text)
-    try:
-        return check_budget_range(v, LOSS_SCALE)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{e}; use inf for an unlimited budget") from None
+    return _budget_number(text, LOSS_SCALE, "ρ (α) budget")
 
 
 def _delta_budget(text: str) -> float:
     """A δ budget: in [0, 1), or inf (unlimited). A finite δ of 1 or more guarantees nothing."""
-    v = _nonneg_real(text)
+    try:
+        v = _nonneg_real(text)
+    except _TooLarge:
+        v = 1.0  # a finite number (not inf), and ≥ 1: refused below
     if 1.0 <= v < math.inf:
-        raise argparse.ArgumentTypeError(f"a δ budget must be < 1 (or inf for unlimited), got {text!r}")
-    return v
+        raise argparse.ArgumentTypeError(f"a finite δ budget must be < 1 (or inf for unlimited), got {text!r}")
+    return _budget_number(text, DELTA_SCALE, "δ budget")
+
+
+def _take_negative_durations(p: argparse.ArgumentParser) -> None:
+    """``--since -1d`` was "expected one argument": argparse takes an argument that starts with ``-`` for an option
+    unless it looks like a negative number. This parser has no option that looks like one, so a negative duration
+    is let through as a value too (argparse's own hook; Python ≥ 3.13 takes ``-1d`` already). Should the hook be
+    gone, the error names the way that always works: ``--since=-1d``."""
+    matcher = getattr(p, "_negative_number_matcher", None)
+    if matcher is not None and hasattr(matcher, "pattern"):
+        p._negative_number_matcher = re.compile(f"(?:{matcher.pattern})|^-\\d+(?:\\.\\d+)?[smhd]$")
+    error = p.error
+
+    def hinted(message: str):  # noqa: ANN202 — argparse's signature
+        if "--since" in message and "expected one argument" in message:
+            message += " (a duration ago is written 2h or -2h; or --since=VALUE)"
+        error(message)
+
+    p.error = hinted  # type: ignore[method-assign]
 
 
 def _one_line_errors(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -591,7 +696,8 @@ def register(subparsers) -> None:
                         "user-windows charged, items returned, the PWYG counter)")
     q.add_argument("--query", metavar="Q", help="only entries of this query")
     q.add_argument("--since", metavar="T", type=_parse_since,
-                   help="only entries at or after T (epoch seconds, ISO-8601, or a duration ago such as 2h)")
+                   help="only entries at or after T (epoch seconds, ISO-8601, or a duration ago such as 2h or -2h)")
+    _take_negative_durations(q)
     for name, func, help_ in (("grant", _grant, "set one user's budget in one notion (administrative; the user's other notions "
                                         "stop following the default)"),
                               ("set-default", _set_default, "set the default budget in one notion (administrative)")):
@@ -599,10 +705,16 @@ def register(subparsers) -> None:
         if name == "grant":
             q.add_argument("user", type=_user_id, help=f"user id, 1..{MAX_USER_LEN} characters (as in events)")
         q.add_argument("--rho", type=_rho_budget, required=True, metavar="R",
-                       help=f"ρ budget (α for emd), below {max_budget_text(LOSS_SCALE)}; inf for unlimited")
-        q.add_argument("--delta", type=_delta_budget, metavar="D", help="δ budget < 1, or inf (default: unchanged)")
+                       help=f"ρ budget (α for emd), a decimal number: 0 or from 1e-12 to below "
+                            f"{max_budget_text(LOSS_SCALE)}; inf for unlimited")
+        q.add_argument("--delta", type=_delta_budget, metavar="D",
+                       help="δ budget < 1, or inf (default: unchanged"
+                            + ("" if name == "grant" else "; required while the current default δ is 0") + ")")
         q.add_argument("--notion", choices=NOTIONS, default="zcdp", help="accounting notion (default zcdp)")
         q.add_argument("--yes", action="store_true", help="confirm the change")
+        q.add_argument("--create", action="store_true",
+                       help="with a --store FILE that does not exist: create it (a new store, default budget 0); "
+                            "without it a missing file is refused")
         q.add_argument("--reason", default="", help="recorded in the audit entry")
         q.add_argument("--actor", default=None, help="recorded in the audit entry (default: login name)")
     q = add("export", _export, "every user, as CSV (default) or JSON lines")

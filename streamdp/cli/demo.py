@@ -130,6 +130,10 @@ def _run_demo(args, opened: list) -> int:
             kept, cfg_b = budget_text(store.default_budget()), budget_text(budget_vector(cfg.budget))
             print(f"note: the store keeps its default budget ({kept}); the configuration's [budget] ({cfg_b}) is "
                   "not applied to it — change it with `streamdp budget set-default`", file=sys.stderr)
+            from streamdp.cli.service import store_default_warnings
+
+            for w in store_default_warnings(cfg, store):  # what the default actually applied would halt
+                print(f"warning: {w}", file=sys.stderr)
         else:  # the configuration's budget is this run's: what it would halt (config check prints the same)
             for w in cfg.warnings:
                 print(f"warning: {w}", file=sys.stderr)

@@ -157,6 +157,7 @@ def run_worker(args) -> int:
         logging.getLogger("streamdp.worker").error(
             "stopping while the budget store is unreachable at start; nothing was consumed or published")
         return EXIT_STOPPED_IN_OUTAGE
+    _log_store_default_warnings(cfg, store)
     opts = WorkerOptions.from_config(cfg.kafka, checkpoint_seconds=args.checkpoint_seconds,
                                      checkpoint_batches=args.checkpoint_batches, drain_idle=args.drain_idle,
                                      session_timeout_ms=args.session_timeout_ms, use_group=not args.standalone,
@@ -216,6 +217,47 @@ def _log_config_warnings(cfg) -> None:
     import logging
 
     for w in cfg.warnings:
+        logging.getLogger("streamdp.config").warning("config warning: %s", w)
+
+
+def store_default_warnings(cfg, store) -> list[str]:
+    """The config warnings (:func:`streamdp.config.loader.budget_warnings`: users the default budget would halt)
+    for the default budget the store actually applies, when it is not the configuration's [budget]: a store keeps
+    its stored default, so a store provisioned with ``budget set-default --rho 10`` (δ 0) halted every user of a
+    zCDP query at their first window while the warnings, computed from [budget] alone, said nothing (review 12 F4).
+    Empty when the store's default is the configuration's (the config warnings already cover it)."""
+    import numpy as np
+
+    from streamdp.accounting.cost import budget_text, budget_vector, fixed_to_cost
+    from streamdp.config.loader import budget_warnings
+
+    default = np.asarray(store.default_budget(), dtype=np.int64)
+    if np.array_equal(default, budget_vector(cfg.budget)):
+        return []
+    import re
+
+    def about_the_store(w: str) -> str:  # the loader's wording is about [budget]; here the store's default applies
+        w = w.replace("the default budget [budget] ", "the default budget ")
+        return re.sub(r"set \[budget\] \w+ \(or the store's default: (`streamdp budget set-default`)\)",
+                      r"change it with \1", w)
+
+    # fixed_to_cost goes through a float: exact for defaults of up to 15 significant digits (the unlimited sentinel
+    # stays unlimited), else within one unit of the grid — enough for a warning
+    warnings = budget_warnings(fixed_to_cost(default), cfg.build_queries())
+    return [f"the budget store keeps its own default budget ({budget_text(default)}), which replaces [budget]; "
+            f"with it, {about_the_store(w)}" for w in warnings]
+
+
+def _log_store_default_warnings(cfg, store) -> None:
+    import logging
+
+    from streamdp.filter.store import StoreError
+
+    try:
+        warnings = store_default_warnings(cfg, store)
+    except StoreError:  # an outage right after the start: the worker meets (and reports) it itself
+        return
+    for w in warnings:
         logging.getLogger("streamdp.config").warning("config warning: %s", w)
 
 

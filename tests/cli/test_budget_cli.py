@@ -263,8 +263,10 @@ def test_missing_file_store(capsys, tmp_path):
     for argv in (["show", "a"], ["list"], ["stats"], ["ledger"], ["export"]):
         rc, out, err = run(capsys, *argv, "--store", path)
         assert rc == 1 and out == "" and "does not exist" in err and "Traceback" not in err
-    # an administrative write creates it
+    # an administrative write creates it only with --create (review 12 F5: a mistyped path "succeeded")
     rc, _, err = run(capsys, "grant", "a", "--rho", "1", "--yes", "--store", path)
+    assert rc == 1 and "does not exist" in err and "--create" in err
+    rc, _, err = run(capsys, "grant", "a", "--rho", "1", "--yes", "--create", "--store", path)
     assert rc == 0, err
     assert MemoryBudgetStore.load(path).get_user("a").budget[0] == LOSS_SCALE
 

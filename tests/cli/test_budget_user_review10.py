@@ -14,7 +14,7 @@ from streamdp.input.events import MAX_USER_LEN, BadEvent, parse_event
 
 def _grant(store, user, capsys):
     try:
-        rc = main(["budget", "grant", user, "--rho", "1", "--yes", "--store", str(store)])
+        rc = main(["budget", "grant", user, "--rho", "1", "--yes", "--create", "--store", str(store)])
     except SystemExit as e:
         rc = e.code
     return rc, capsys.readouterr()

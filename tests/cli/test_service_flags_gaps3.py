@@ -47,12 +47,19 @@ def started(tmp_path, monkeypatch):
     seen: dict = {"served": []}
 
     class FakeStore:
+        budget = None
+
+        def default_budget(self):  # a new store: the configuration's default (run reads it for its warnings)
+            return self.budget
+
         def close(self):
             seen["store_closed"] = True
 
     def fake_open(url, budget, wait):
         seen["url"] = url
-        return FakeStore()
+        st = FakeStore()
+        st.budget = budget
+        return st
 
     class FakeWorker:
         def __init__(self, cfg, store, client_kw, opts, metrics=None):

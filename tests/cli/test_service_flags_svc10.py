@@ -38,12 +38,19 @@ def recorders(tmp_path, monkeypatch):
     seen: dict = {"opened": 0, "started": 0}
 
     class FakeStore:
+        budget = None
+
+        def default_budget(self):  # a new store: the configuration's default (run reads it for its warnings)
+            return self.budget
+
         def close(self):
             pass
 
     def fake_open(url, budget, wait):
         seen["opened"] += 1
-        return FakeStore()
+        st = FakeStore()
+        st.budget = budget
+        return st
 
     class FakeWorker:
         def __init__(self, *a, **k):

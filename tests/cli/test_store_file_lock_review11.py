@@ -27,7 +27,8 @@ HOLD = textwrap.dedent("""
 def holder(tmp_path):
     """Another process writing the store file (as a running demo does) until the test lets it go."""
     path = tmp_path / "store.json"
-    assert main(["budget", "set-default", "--store", str(path), "--rho", "1.0", "--delta", "1e-4", "--yes"]) == 0
+    assert main(["budget", "set-default", "--store", str(path), "--rho", "1.0", "--delta", "1e-4", "--yes",
+                 "--create"]) == 0
     p = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True)
     assert p.stdout.readline().strip() == "held"

@@ -83,7 +83,7 @@ def test_the_budget_cli_refuses_a_finite_rho_past_the_range(tmp_path, capsys, ar
 
 def test_the_budget_cli_keeps_inf_and_the_largest_finite_budgets(tmp_path, capsys):
     store = str(tmp_path / "st.json")
-    assert main(["budget", "set-default", "--rho", "inf", "--yes", "--store", store, "--json"]) == 0
+    assert main(["budget", "set-default", "--rho", "inf", "--delta", "1e-6", "--create", "--yes", "--store", store, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["zcdp"]["budget"] is None  # unlimited
     assert main(["budget", "grant", "u1", "--rho", "9223372", "--yes", "--store", store, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["zcdp"]["budget"] == 9223372.0  # finite, kept
