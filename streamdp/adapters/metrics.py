@@ -53,7 +53,9 @@ class WorkerMetrics:
         self.forwarded = Counter("streamdp_forward_records", "forward records written by stage A (ingest)",
                                  registry=r)
         self.forward_dropped = Counter("streamdp_forward_dropped",
-                                       "forward records dropped by the coordinator (already seen, or a gap)",
+                                       "forward records dropped by the coordinator (seen: already consumed, gap: "
+                                       "beyond the expected offset, foreign: another deployment's, unattributed: "
+                                       "format version 1)",
                                        ["why"], registry=r)
         self._base: dict = {}
 

@@ -9,8 +9,11 @@ import numpy as np
 import orjson
 import pytest
 
-from streamdp.adapters.kafka.forward import ForwardError, ForwardRecord, accept, decode, encode
+from streamdp.adapters.kafka.forward import ForwardError, ForwardRecord, Stream, accept, decode, encode
 from streamdp.input.events import FAST_MIN_BATCH, parse_batch
+
+
+S = Stream("g", "events")  # the record's stream (tests/adapters/test_forward_identity_review12.py)
 
 
 def _payloads(n: int, seed: int = 1) -> list[bytes]:
@@ -35,8 +38,8 @@ def test_round_trip_is_lossless(n):
     assert not dead
     offsets = np.arange(100, 100 + 2 * n, 2, dtype=np.int64)  # gaps: offsets need not be contiguous
     hi = int(offsets[-1]) + 3 if n else 99
-    rec = decode(encode(ForwardRecord(5, 100, hi, offsets, payloads, parsed)))
-    assert (rec.partition, rec.lo, rec.hi, rec.next_offset) == (5, 100, hi, hi + 1)
+    rec = decode(encode(ForwardRecord(5, 100, hi, offsets, payloads, parsed, S)))
+    assert (rec.partition, rec.lo, rec.hi, rec.next_offset, rec.stream) == (5, 100, hi, hi + 1, S)
     assert rec.offsets.tolist() == offsets.tolist() and rec.payloads == payloads
     assert len(rec.payloads) == n and [rec.payloads[i] for i in range(n)] == payloads
     if n:
@@ -59,19 +62,19 @@ def test_encode_refuses_events_outside_the_vouched_range():
     payloads = _payloads(3)
     parsed, _ = parse_batch(payloads)
     with pytest.raises(ValueError, match="outside the vouched range"):
-        encode(ForwardRecord(0, 10, 11, np.array([10, 11, 12]), payloads, parsed))
+        encode(ForwardRecord(0, 10, 11, np.array([10, 11, 12]), payloads, parsed, S))
     with pytest.raises(ValueError, match="outside the vouched range"):
-        encode(ForwardRecord(0, 11, 20, np.array([10, 11, 12]), payloads, parsed))
+        encode(ForwardRecord(0, 11, 20, np.array([10, 11, 12]), payloads, parsed, S))
     with pytest.raises(ValueError, match="one entry per event"):
-        encode(ForwardRecord(0, 10, 20, np.array([10, 11]), payloads, parsed))
+        encode(ForwardRecord(0, 10, 20, np.array([10, 11]), payloads, parsed, S))
 
 
 def test_undecodable_records_raise_forward_error():
     payloads = _payloads(40)
     parsed, _ = parse_batch(payloads)
-    good = encode(ForwardRecord(1, 0, 39, np.arange(40), payloads, parsed))
+    good = encode(ForwardRecord(1, 0, 39, np.arange(40), payloads, parsed, S))
     for bad in (b"", b"SDPF", b"XXXX" + good[4:], good[:-1], good[:len(good) // 2], good + b"x",
-                good.replace(b'"v":1', b'"v":9', 1)):
+                good.replace(b'"v":2', b'"v":9', 1)):
         with pytest.raises(ForwardError):
             decode(bad)
 

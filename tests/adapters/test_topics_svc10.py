@@ -94,6 +94,11 @@ def test_run_refuses_the_start_in_one_line_with_exit_2(role, tmp_path, monkeypat
     import streamdp.cli.service as service
 
     class FakeStore:
+        budget = None
+
+        def default_budget(self):  # a new store: the configuration's default (run reads it for its warnings)
+            return self.budget
+
         def close(self):
             pass
 
@@ -105,7 +110,12 @@ def test_run_refuses_the_start_in_one_line_with_exit_2(role, tmp_path, monkeypat
             go, _ = _start(_too_small())
             return await go()
 
-    monkeypatch.setattr(service, "open_store_retrying", lambda *a: FakeStore())
+    def fake_open(url, budget, wait):
+        st = FakeStore()
+        st.budget = budget
+        return st
+
+    monkeypatch.setattr(service, "open_store_retrying", fake_open)
     monkeypatch.setattr(worker, "KafkaWorker", Refused)
     monkeypatch.setattr(ingest, "IngestWorker", Refused)
     monkeypatch.setattr(logs, "setup_logging", lambda *a, **k: None)

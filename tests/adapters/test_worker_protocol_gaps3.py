@@ -437,7 +437,7 @@ def test_dead_letter_payload_truncation_bound_and_encoding():
     bytes that are not UTF-8 are carried as base64 (schemas/dead_letter.schema.json)."""
     import base64
 
-    from streamdp.adapters.kafka.worker import dead_letter_value
+    from streamdp.outputs.dead_letters import dead_letter_value
     from streamdp.input.events import MAX_PAYLOAD_BYTES as N
 
     exact = orjson.loads(dead_letter_value(b"a" * N, "oversized", "d", "t", 3, 9))

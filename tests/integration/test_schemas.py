@@ -11,7 +11,7 @@ import pytest
 from jsonschema import Draft202012Validator, ValidationError
 
 from streamdp.adapters.kafka.schemas import load_schemas, release_validator, validator
-from streamdp.adapters.kafka.worker import MAX_DEAD_PAYLOAD, dead_letter_value
+from streamdp.outputs.dead_letters import MAX_DEAD_PAYLOAD, dead_letter_value
 from streamdp.config.kinds import kinds
 from streamdp.input import sources
 

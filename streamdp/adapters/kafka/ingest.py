@@ -8,7 +8,9 @@ Any number of ingest workers share the input topic's partitions in the consumer 
 2. parse and validate every payload of the batch at once (:func:`~streamdp.adapters.kafka.worker.parse_fetched`);
 3. dead-letter the malformed events (keyed ``<partition>/<offset>``, as the single worker does) and forward each
    partition's run as ONE :class:`~streamdp.adapters.kafka.forward.ForwardRecord` to the internal topic, on the
-   partition with the input partition's number, keyed ``<partition>/<lo>``;
+   partition with the input partition's number, keyed ``<partition>/<lo>``, naming this deployment's stream
+   (``group_id``, input topic: :class:`~streamdp.adapters.kafka.forward.Stream`) so that a coordinator of another
+   deployment sharing the internal topic refuses it;
 4. wait for the broker's acknowledgements, then commit the input offsets.
 
 Stage A holds no privacy state and touches no budget: it is at-least-once, and the coordinator
@@ -29,7 +31,7 @@ from dataclasses import replace
 import numpy as np
 
 from streamdp.adapters.kafka.faults import FaultInjector
-from streamdp.adapters.kafka.forward import ForwardRecord, encode
+from streamdp.adapters.kafka.forward import ForwardRecord, Stream, encode
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, split_runs
 from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, check_internal_topic, start_retrying, stop_clients,
                                             stop_on_signals, topic_partitions)
@@ -46,6 +48,7 @@ class IngestWorker:
         self.metrics = metrics or WorkerMetrics()
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.group = f"{opts.group_id}.ingest"
+        self.stream = Stream(opts.group_id, opts.input_topic)  # named in every forward record (forward.py)
         self.next: dict[int, int] = {}  # input partition → the position after the last forwarded run
         self.generation = 0
         self.faults = FaultInjector.from_env()
@@ -174,7 +177,7 @@ class IngestWorker:
                                                      key=f"{p}/{int(part.offsets[i])}".encode()))
             rows = part.parsed.source_rows
             rec = ForwardRecord(p, lo, last, part.offsets[rows], [part.payloads[i] for i in rows.tolist()],
-                                replace(part.parsed, source_rows=np.arange(rows.size, dtype=np.int64)))
+                                replace(part.parsed, source_rows=np.arange(rows.size, dtype=np.int64)), self.stream)
             futs.append(await self.producer.send(o.internal_topic, value=encode(rec), key=f"{p}/{lo}".encode(),
                                                  partition=p))
             self.forwarded_events += len(rows)

@@ -45,7 +45,6 @@ Both roles share ONE checkpoint per (group_id, input topic): its offsets are inp
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import os
 import socket
@@ -53,13 +52,13 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import orjson
 
 from streamdp.adapters.kafka.alignment import PartitionAlignment
 from streamdp.adapters.kafka.assignor import SingleOwnerAssignor
 from streamdp.adapters.kafka.checkpoint import (Checkpoint, DeferredReleaseLog, Fenced, PendingRecord,
                                                 RedisCheckpoint)
 from streamdp.adapters.kafka.faults import FaultInjector
+from streamdp.adapters.kafka.forward import Stream, refusal
 from streamdp.adapters.kafka.forward import accept as accept_forward
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, offsets_and_values, split_runs
 from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
@@ -71,16 +70,15 @@ from streamdp.engine.engine import ReleaseConflict, ReleaseEngine, WindowSummary
 from streamdp.engine.release_parameters import (ParametersChanged, canonical, check_unchanged, release_parameters,
                                                removed_queries)
 from streamdp.filter.store import StoreError
-from streamdp.input.events import FAST_MIN_BATCH, MAX_PAYLOAD_BYTES, DeadLetter, EventBatch, parse_batch
+from streamdp.input.events import FAST_MIN_BATCH, DeadLetter, EventBatch, parse_batch
 from streamdp.noise.generator import secure_generator
+from streamdp.outputs.dead_letters import dead_letter_value
 from streamdp.windows.tumbling import rejection_detail
 
 log = logging.getLogger("streamdp.kafka")
 
 EXIT_RELEASE_CONFLICT = 7  # `streamdp run` exit code: another deployment's releases hold this deployment's keys
 
-DEAD_LETTER_VERSION = 1
-MAX_DEAD_PAYLOAD = MAX_PAYLOAD_BYTES  # dead letters carry at most this many bytes of the payload
 
 
 @dataclass
@@ -142,20 +140,6 @@ class WorkerOptions:
         return o
 
 
-def dead_letter_value(payload: bytes, reason: str, detail: str, topic: str, partition: int, offset: int) -> bytes:
-    """The dead-letter record (schema ``streamdp/schemas/dead_letter.schema.json``)."""
-    raw = bytes(payload)
-    truncated = len(raw) > MAX_DEAD_PAYLOAD
-    raw = raw[:MAX_DEAD_PAYLOAD]
-    try:
-        text, enc = raw.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        text, enc = base64.b64encode(raw).decode("ascii"), "base64"
-    return orjson.dumps({"schema_version": DEAD_LETTER_VERSION, "reason": reason, "detail": detail,
-                         "payload": text, "payload_encoding": enc, "truncated": truncated,
-                         "topic": topic, "partition": partition, "offset": offset})
-
-
 @dataclass
 class FetchedPartition:
     """One partition's records of one fetched batch, parsed."""
@@ -170,6 +154,7 @@ class FetchedPartition:
     lo: int | None = None
     next: int | None = None
     src: tuple[int, int] | None = None
+    stream: Stream | None = None  # a forward record: the deployment whose stage A wrote it (None: version 1)
 
 
 @dataclass
@@ -237,7 +222,7 @@ def decode_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
                 out.append(FetchedPartition(-1, np.zeros(0, dtype=np.int64), [], EventBatch(), src=src))
                 continue
             out.append(FetchedPartition(r.partition, r.offsets, r.payloads, r.batch, lo=r.lo, next=r.next_offset,
-                                        src=src))
+                                        src=src, stream=r.stream))
     return out
 
 
@@ -265,6 +250,8 @@ class KafkaWorker:
         # in both shapes, so a deployment can switch between `all` and the staged topology and carry its state (and
         # its drawn noise) over; an `all` worker and a coordinator running at once fence each other
         self.ckpt = RedisCheckpoint(store, opts.group_id, opts.input_topic)
+        self.stream = Stream(opts.group_id, opts.input_topic)  # coordinator: the forward records it accepts
+        self._refused: set = set()  # (why, stream) of refused forward records already logged
         self.faults = FaultInjector.from_env()
         self.dstore = DeferredReleaseLog(store, after_admit=lambda: self.faults.hit("after_admit"))
         self.test_mode = cfg.service.get("unsafe_test_seed") is not None
@@ -735,6 +722,9 @@ class KafkaWorker:
             for part in f.parts:
                 if part.src is not None:
                     self.src_offsets[part.src[0]] = part.src[1]
+                if part.lo is not None and part.stream != self.stream:  # another deployment's (forward.refusal)
+                    self._refuse_forward(part)
+                    continue
                 p = part.partition
                 if p not in held:
                     continue
@@ -772,6 +762,32 @@ class KafkaWorker:
             await self._checkpoint_and_publish(summaries, t_batch)
         self.metrics.update(eng.counters)
         self._state_gauges()
+
+    def _refuse_forward(self, part: FetchedPartition) -> None:
+        """A forward record not of this deployment's stream: never ingested, no input offset moves (forward.py).
+        Counted per record; logged once per foreign stream."""
+        why = refusal(part.stream, self.stream)
+        self.metrics.forward_dropped.labels(why=why).inc()
+        if (why, part.stream) in self._refused:
+            return
+        self._refused.add((why, part.stream))
+        extra = {"worker": self.worker_id, "internal_topic": self.source_topic, "partition": part.partition,
+                 "lo": part.lo, "group": self.opts.group_id, "topic": self.opts.input_topic}
+        if why == "foreign":
+            extra.update(foreign_group=part.stream.group, foreign_input_topic=part.stream.topic)
+            log.warning("forward records of ANOTHER deployment (group %r, input topic %r) on internal topic %r are "
+                        "dropped: two staged deployments share this internal topic. Give each deployment its own "
+                        "[kafka] internal_prefix; until then this coordinator reads and drops the other's records "
+                        "(counted in streamdp_forward_dropped{why=\"foreign\"}, not logged again)",
+                        part.stream.group, part.stream.topic, self.source_topic, extra=extra)
+        else:
+            log.error("forward records of format version 1 (they name no deployment: written by an ingest worker of "
+                      "an older streamdp) on internal topic %r are dropped: they cannot be attributed to this "
+                      "deployment. Upgrade every ingest worker; the input offsets they covered are then a gap this "
+                      "coordinator waits at: rewind the consumer group %r on input topic %r to at most this "
+                      "coordinator's position so that stage A re-sends them (counted in "
+                      "streamdp_forward_dropped{why=\"unattributed\"}, not logged again)",
+                      self.source_topic, f"{self.opts.group_id}.ingest", self.opts.input_topic, extra=extra)
 
     def _state_gauges(self) -> None:
         """The gauges that describe the current state: after each step, and after a restore (else a restarted
