@@ -16,7 +16,7 @@ Three query kinds, each a :class:`~streamdp.engine.query.WindowQuery` in the ``c
 project, clamp to the region's rectangle — never lengthening a distance, :mod:`streamdp.bounding.region_fold`):
 dropping it would reveal that the user is outside the region. The rule ``location = "last" | "first" | "mean"``
 summarises the rest (last/first by event time, ties in arrival order; mean in the planar coordinates). Users without a usable location in the window pay nothing. The guarantee
-protects this window location: for any two values x, x' of it the release's Rényi divergence is ≤ α·ρ·dist(x, x')².
+protects this window location: for any two values x, x' of it the release's Rényi divergence is ≤ α·ρ·(dist(x, x') + a)² for x ≠ x', a the grid distance of docs/query_geo_emd.md (micrometres).
 
 **Planar coordinates and units** (:class:`PlanarFrame`). ``loc`` is [lat, lon] in degrees. The mechanisms work in
 a plane:

@@ -17,6 +17,17 @@ k is chosen from released values only (post-processing): k = (R̃·√ρ_A / log
 
 Basic (003 §5): CONV of the identity-query release of all n points.
 Quality (003 §5): Jaccard index of the released hull and the true hull (areas of convex polygons, exact).
+
+**Published floats on a grid (review 12).** The centre c̃, the radius R̃ and the anchors x̃_A are published (R̃ also
+sets k), so none is x + float noise (Mironov 2012): each is released by
+:func:`streamdp.mechanisms.granular_gaussian.granular_gaussian`, g·(rint(v/g) + N_Z(0, (σ/g)²)),
+g = 2^{⌊log2 σ⌋−30}, with the σ above (centre and radius: g0 = g(√(3/(2ρ0))); anchors: the identity query's
+g_A = g(√(|A|/(2ρ_anchor)))). Each piece is then CGP w.r.t. dist + its grid distance: g0 for the centre
+(√2·g0/K with K = √2), g0 for the radius (K = 1), √2·g_A for the anchors; the PNN steps are ε-GP w.r.t. dist.
+Composed (003 Thm 3.2; Σ ρ_i(d + a_i)² ≤ ρ(d + max a_i)²): for x ≠ x', D_α ≤ α·ρ·(dist_∞(x, x') + a)² with
+a = max(g0, √2·g_A) ≤ 2⁻³⁰·max(σ0, √2·σ_A). The cost charged is ρ (unchanged); a is stated next to it. PNN's Laplace
+threshold and the SVT noise stay float: only the outcome of their comparisons (an index, never published) is
+used (see :func:`streamdp.mechanisms.geo.pnn._pnn_on_distances`).
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ from streamdp.accounting.cost import Cost
 from streamdp.mechanisms.geo.gaussian_cgp import IdentityQueryCGP
 from streamdp.mechanisms.geo.planar_laplace import IdentityQueryGP
 from streamdp.mechanisms.geo.pnn import _pnn_on_distances
-from streamdp.noise import samplers
+from streamdp.mechanisms.granular_gaussian import granular_gaussian
 
 __all__ = [
     "PCHResult",
@@ -114,11 +125,13 @@ def private_convex_hull(
     rho_anchor = anchor_share * rho
     rho0 = rho_a / 20.0
     s0 = math.sqrt(3.0 / (2.0 * rho0))
-    # 1. centre: √2-Lipschitz, Gaussian at 2ρ0/3 ⇒ σ = √2/√(2·2ρ0/3) = √(3/(2ρ0))
-    c_t = midpoint_center(x) + samplers.gaussian(rng, s0, 2)
-    # 2. radius: 1-Lipschitz, Gaussian at ρ0/3 ⇒ σ = 1/√(2ρ0/3) = √(3/(2ρ0))
-    r_t = float(np.sqrt(((x - c_t) ** 2).sum(axis=1)).max()) + math.sqrt(3.0 * math.log(2.0 / beta) / rho0)
-    r_t += float(samplers.gaussian(rng, s0))
+    # 1. centre: √2-Lipschitz, Gaussian at 2ρ0/3 ⇒ σ = √2/√(2·2ρ0/3) = √(3/(2ρ0)); published, so on the grid
+    #    g0 = granularity(s0) with discrete Gaussian noise (w.r.t. dist_∞ + √2·g0/√2 = dist_∞ + g0)
+    c_t = granular_gaussian(rng, midpoint_center(x), s0)
+    # 2. radius: 1-Lipschitz (c̃ is public now), Gaussian at ρ0/3 ⇒ σ = 1/√(2ρ0/3) = √(3/(2ρ0)); published and sets
+    #    k, so on the grid g0 too (w.r.t. dist_∞ + g0)
+    r_stat = float(np.sqrt(((x - c_t) ** 2).sum(axis=1)).max()) + math.sqrt(3.0 * math.log(2.0 / beta) / rho0)
+    r_t = float(granular_gaussian(rng, r_stat, s0))
     # 3. anchors by PNN (k from released values only)
     if k is None:
         k = choose_k(r_t, rho_a, n, beta, k_range)
@@ -135,7 +148,7 @@ def private_convex_hull(
         dist = np.sqrt(((x - anchors_p[j]) ** 2).sum(axis=1))
         chosen[j], _, _ = _pnn_on_distances(rng, dist, eps1, g0, int(max_cycles))
     a = np.unique(chosen)
-    # 4. anchor release: identity query on |A| points at ρ_anchor
+    # 4. anchor release: identity query on |A| points at ρ_anchor (granular: on the grid g_A, w.r.t. dist_∞ + √2·g_A)
     noisy = IdentityQueryCGP(rho_anchor).release(rng, x[a])
     return PCHResult(hull=convex_hull_vertices(noisy), anchors=noisy, indices=a, center=c_t, radius=r_t, k=k)
 

@@ -11,6 +11,18 @@ Identity query on n points under dist_∞(x, x') = max_i ‖x_i − x'_i‖ (003
 by composition (003 Thm 3.2) adding N(0, n/(2ρ)·I₂) to every point (ρ/n-CGP each) is ρ-CGP. Per point
 ‖noise‖ = √(n/(2ρ))·‖Z‖ with ‖Z‖ Rayleigh(1), E‖Z‖ = √(π/2), so E‖x̃_i − x_i‖ = √(πn/(4ρ)) = (√π/2)·√(n/ρ)
 ≈ 0.8862·√(n/ρ) (003 Cor. A.2 with d = 2: Γ(3/2)/Γ(1)·√(n/ρ)).
+
+**Released on a grid (review 12).** ``v + N(0, σ²)`` in float64 leaks through the low bits of the sum (Mironov 2012;
+Jin et al. 2022): some outputs are possible for one location and impossible for a neighbouring one. Both classes
+release g·(rint(v/g) + Z), Z ~ N_Z(0, (σ/g)²) per coordinate, g = 2^{⌊log2 σ⌋−30}
+(:func:`streamdp.mechanisms.granular_gaussian.granular_gaussian`). Guarantee, proved there: for x ≠ x'
+
+    D_α(M(x) ‖ M(x')) ≤ α·ρ·(dist(x, x') + a)²,   a = √m·g/K ≤ √m·2⁻³⁰·σ/K,
+
+m the number of coordinates that can change (m = d for :class:`GaussianCGP` on a d-vector; m = 2 per point for
+the identity query, the dist_∞ composition over the points keeping a = √2·g), i.e. ρ-CGP with respect to the
+metric dist + a. The cost charged is still ρ per unit² (``Cost.cgp(ρ)``); a (:meth:`GaussianCGP.grid_distance`,
+:meth:`IdentityQueryCGP.grid_distance`) is stated next to it. For σ = 1 km and m = 2, a = √2·2⁻²¹ m ≈ 0.67 µm.
 """
 
 from __future__ import annotations
@@ -21,7 +33,7 @@ import numpy as np
 
 from streamdp.mechanisms.geo._checks import _pos, _points
 from streamdp.accounting.cost import Cost
-from streamdp.noise import samplers
+from streamdp.mechanisms.granular_gaussian import granular_gaussian, granularity
 
 __all__ = ["GaussianCGP", "IdentityQueryCGP", "cgp_sigma"]
 
@@ -32,7 +44,8 @@ def cgp_sigma(rho: float, lipschitz: float = 1.0) -> float:
 
 
 class GaussianCGP:
-    """g(x) + (K/√(2ρ))·N(0, I_d) for a K-Lipschitz g: ρ-CGP (003 Thm 3.1), ρ per unit²."""
+    """g(x) + (K/√(2ρ))·N(0, I_d) for a K-Lipschitz g: ρ-CGP (003 Thm 3.1), ρ per unit² — released on the grid g,
+    so w.r.t. dist + √d·g/K (module docstring)."""
 
     def __init__(self, rho: float, lipschitz: float = 1.0):
         self.rho = _pos(rho, "rho")
@@ -46,11 +59,24 @@ class GaussianCGP:
         """ρ-CGP (003 Thm 3.1): Cost.cgp(ρ), ρ per (coordinate unit)²."""
         return Cost.cgp(self.rho)
 
+    @property
+    def granularity(self) -> float:
+        """g = 2^{⌊log2 σ⌋−30}: every released coordinate is an integer multiple of g."""
+        return granularity(self.sigma)
+
+    def grid_distance(self, coords: int) -> float:
+        """a = √coords·g/K: the release is ρ-CGP w.r.t. dist + a (x ≠ x') when at most ``coords`` coordinates
+        of g(x) can change (module docstring; :mod:`streamdp.mechanisms.granular_gaussian`)."""
+        if isinstance(coords, bool) or int(coords) != coords or int(coords) < 1:
+            raise ValueError(f"coords must be a positive integer, got {coords!r}")
+        return math.sqrt(int(coords)) * self.granularity / self.lipschitz
+
     def release(self, rng: np.random.Generator, value) -> np.ndarray:
+        """g(x) on the grid plus discrete Gaussian noise: g·(rint(v/g) + N_Z(0, (σ/g)²)) per coordinate."""
         v = np.asarray(value, dtype=np.float64)
         if not np.all(np.isfinite(v)):
             raise ValueError("value must be finite")
-        return v + samplers.gaussian(rng, self.sigma, v.shape)
+        return granular_gaussian(rng, v, self.sigma)
 
 
 class IdentityQueryCGP:
@@ -76,6 +102,16 @@ class IdentityQueryCGP:
         """ρ-CGP for the whole tuple (003 Thm 4.8 via Thm 3.2): Cost.cgp(ρ), ρ per unit²."""
         return Cost.cgp(self.rho)
 
+    def granularity(self, n: int) -> float:
+        """g = 2^{⌊log2 σ(n)⌋−30}: every released coordinate is an integer multiple of g."""
+        return granularity(self.sigma(n))
+
+    def grid_distance(self, n: int, d: int = 2) -> float:
+        """a = √d·g: the n-point release is ρ-CGP w.r.t. dist_∞ + a (x ≠ x'). Each point is ρ/n-CGP w.r.t.
+        ‖x_i − x'_i‖ + √d·g, and Σ_i (ρ/n)(‖x_i − x'_i‖ + a)² ≤ ρ(dist_∞ + a)² (003 Thm 3.2)."""
+        return math.sqrt(int(d)) * self.granularity(n)
+
     def release(self, rng: np.random.Generator, points) -> np.ndarray:
+        """Every point on the grid plus discrete Gaussian noise, one vectorised draw for the n points."""
         x = _points(points)
-        return x + samplers.gaussian(rng, self.sigma(x.shape[0]), x.shape)
+        return granular_gaussian(rng, x, self.sigma(x.shape[0]))

@@ -11,6 +11,15 @@ composition (003 Lemma 2.7) makes the tuple ε-GP. GP admits no advanced composi
 
 Accounting: streamdp charges geo releases in the ``cgp`` notion; an ε-GP mechanism is ε²/2-CGP (003 Lemma 3.6),
 so the cost is Cost.cgp(ε²/2) with ε per (coordinate unit).
+
+**Float gap, not closed (review 12).** These releases are x + planar-Laplace noise computed in float64: the noisy
+float leaks through its low bits (Mironov 2012; Jin et al., IEEE S&P 2022) — which doubles x + z can reach depends
+on x, so an output can be possible for one location and impossible for a neighbouring one, and the ε-GP (hence
+ε²/2-CGP) claim does not hold for the float mechanism as implemented (the loss is unbounded on such outputs). The
+Gaussian (``cgp``) releases are drawn on a public grid instead
+(:mod:`streamdp.mechanisms.granular_gaussian`); a discrete planar Laplace on a grid g·ℤ² (density ∝ e^{−ε‖y − x‖}
+restricted to the grid around rint(x/g), with the same additive grid distance) is future work. Until then
+``mechanism = "gp"`` of ``geo_locations`` carries this gap; prefer ``mechanism = "cgp"``.
 """
 
 from __future__ import annotations

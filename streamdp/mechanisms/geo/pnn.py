@@ -18,6 +18,15 @@ output ⊥^cap is covered by its privacy proof and the fallback is data-independ
 noisy points.
 
 Units: ε per coordinate unit, ρ per coordinate unit².
+
+Float noise (review 12). PNN publishes no float: its Laplace threshold noise and the SVT's query noise are float64
+(x + Lap in floating point) but only the outcomes of the comparisons g_i + V ≤ T + W are used — an index, and in
+the engine not even that (:mod:`streamdp.engine.queries.geo`). Float rounding can move a comparison's outcome
+only when the two sides are within a few ulp of each other, an event of probability about ulp(|values|)/b per
+comparison (b the Laplace scale): a δ-level distance from the exact-real mechanism, like the samplers' own
+53-bit resolution (:mod:`streamdp.noise.samplers`), not a published low-bit channel (Mironov 2012 needs the noisy
+float itself). The Basic baseline's identity query is released on the grid
+(:class:`~streamdp.mechanisms.geo.gaussian_cgp.IdentityQueryCGP`).
 """
 
 from __future__ import annotations
@@ -83,6 +92,10 @@ def _pnn_on_distances(
 ) -> tuple[int, int, bool]:
     """PNN on the distances of the candidate set; returns (position in the candidate set, steps, fell_back)."""
     m = dist.size
+    # Float noise on purpose: T is never published, only compared inside the SVT, whose sole output is the index
+    # of the first g_i + V ≤ T + W. A rounding can flip a comparison only within a few ulp of equality
+    # (probability ~ ulp/b per comparison): a δ-level effect, not the published-float leak of Mironov 2012 that
+    # the granular releases (granular_gaussian) close (module docstring, "Float noise").
     t = float(dist.min()) + float(samplers.laplace(rng, 3.0 / epsilon)) + gamma0  # ε/3-GP (h is 1-Lipschitz)
     res = SparseVectorGP(2.0 * epsilon / 3.0, 1.0).run(rng, dist, t, cycle=True, max_steps=max_cycles * m)
     if res.index is None:

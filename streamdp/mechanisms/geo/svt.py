@@ -12,6 +12,12 @@ Implementation: the query answers are handed in as an array (the caller computes
 vectorised blocks; ``cycle=True`` visits the answers cyclically (g'_l = g_{(l−1) mod m}, as PNN needs), with fresh
 V at every visit. ``max_steps`` caps the run: the output is then ⊥^{max_steps}, still covered by Thm D.1 (the
 second case of its proof), so any data-independent fallback afterwards is post-processing.
+
+Float noise (review 12): W and V_j are float64 Laplace draws added to float answers, but the run publishes only
+the position of the first ⊤ — the outcome of comparisons, never a noisy float. Rounding can change an outcome only
+when g_j + V_j and T + W are within a few ulp, probability ~ ulp/b per comparison: a δ-level distance from the
+exact-real mechanism, not a low-bit channel (that needs the noisy float itself, Mironov 2012). Callers must not
+publish T + W or g_j + V_j; a published noisy float goes through ``mechanisms/granular_gaussian.py``.
 """
 
 from __future__ import annotations
@@ -92,6 +98,7 @@ class SparseVectorGP:
             if total < 1:
                 raise ValueError("max_steps must be ≥ 1")
         m = g.size
+        # float noise is fine here: T + W and g_j + V_j are only compared, never published (module docstring)
         level = t + samplers.laplace(rng, self.threshold_noise_scale)  # T + W, W drawn once
         b = self.query_noise_scale
         # vectorised blocks, small first (most runs halt early), doubling up to ~_BLOCK; cyclic blocks are

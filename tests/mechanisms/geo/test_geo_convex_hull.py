@@ -149,28 +149,8 @@ def test_pch_noise_laws():
         assert abs(z.mean()) < 5 / math.sqrt(n)
 
 
-@pytest.mark.parametrize("rho,share,sigma_hand", [(1.0, 0.5, math.sqrt(60.0)),  # ρ0 = 0.5/20: √(3/0.05)
-                                                  (0.2, 0.25, math.sqrt(200.0))])  # ρ0 = 0.15/20: √(3/0.015)
-def test_pch_centre_and_radius_sigma_by_hand(monkeypatch, rho, share, sigma_hand):
-    """003 Alg. 4 lines 2–3, worked out by hand: ρ0 = ρ_A/20 with ρ_A = (1 − share)·ρ; the centre (√2-Lipschitz,
-    Gaussian at 2ρ0/3) and the radius (1-Lipschitz, Gaussian at ρ0/3) both get σ = √(3/(2ρ0)) — the first two
-    Gaussian draws of the release, 2 coordinates then 1 (test audit of 2026-11-23: nothing pinned this σ)."""
-    import types
-
-    import streamdp.mechanisms.geo.convex_hull as ch
-
-    calls = []
-    real = ch.samplers.gaussian
-
-    def spy(rng, sigma, size=None):
-        calls.append((float(sigma), size))
-        return real(rng, sigma, size) if size is not None else real(rng, sigma)
-
-    monkeypatch.setattr(ch, "samplers", types.SimpleNamespace(gaussian=spy))
-    rng = unsafe_seeded_generator(347)
-    private_convex_hull(rng, rng.uniform(0, 100, (30, 2)), rho, k=4, anchor_share=share)
-    assert calls[0] == (pytest.approx(sigma_hand, rel=1e-12), 2)  # the centre
-    assert calls[1][0] == pytest.approx(sigma_hand, rel=1e-12) and calls[1][1] in (None, 1)  # the radius
+# the centre's and radius' σ by hand (003 Alg. 4 lines 2–3): tests/mechanisms/geo/test_geo_granular_review12.py
+# (test_pch_centre_radius_and_anchors_on_their_grids, which spies on the granular draws the hull now makes)
 
 
 def clustered_points(rng, n, n_clusters=5, extent=2000.0, spread=100.0):
