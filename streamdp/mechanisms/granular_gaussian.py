@@ -15,8 +15,9 @@ N_Z the discrete Gaussian of Canonne, Kamath and Steinke, *The Discrete Gaussian
 the coordinates of all the points. s is exact (σ/g is a power-of-two scaling of σ) and lies far inside the
 sampler's MAX_SCALE = 2⁴⁰ for every σ.
 
-**Guarantee (stated here; quoted by the geo mechanisms and docs/query_geo_emd.md).** For v, v' ∈ ℝ^m let
-m≠ = #{j : v_j ≠ v'_j} (≤ m) and a = √m≠·g. Then for every α > 1
+**Guarantee (stated here; quoted by the geo mechanisms, docs/query_geo_emd.md, and — per row, through
+:func:`granular_gaussian_rows` — by the PIE rounds at ``pie.gaussian_mechanism_cost`` and docs/query_range.md).**
+For v, v' ∈ ℝ^m let m≠ = #{j : v_j ≠ v'_j} (≤ m) and a = √m≠·g. Then for every α > 1
 
     D_α(M(v) ‖ M(v')) ≤ α·‖k − k'‖²/(2s²) ≤ α·(‖v − v'‖ + a)²/(2σ²)      (k = rint(v/g), k' = rint(v'/g)),
 
@@ -78,8 +79,8 @@ import numpy as np
 from streamdp.mechanisms.granular_laplace import GRID_BITS, granularity
 from streamdp.noise import samplers
 
-__all__ = ["GRID_BITS", "MIN_SIGMA", "MAX_SIGMA", "granularity", "grid_index", "granular_gaussian",
-           "grid_distance"]
+__all__ = ["GRID_BITS", "MIN_SIGMA", "MAX_SIGMA", "granularity", "granularities", "grid_index",
+           "granular_gaussian", "granular_gaussian_rows", "grid_distance"]
 
 #: σ range: g = 2^{⌊log2 σ⌋−30} then stays a normal float64 far from the overflow (and s = σ/g ∈ [2³⁰, 2³¹)).
 MIN_SIGMA = 2.0**-960
@@ -120,6 +121,52 @@ def granular_gaussian(rng: np.random.Generator, value, sigma: float) -> np.ndarr
     k = grid_index(value, g)
     s = s_cont / g  # exact: a power-of-two scaling, in [2^GRID_BITS, 2^(GRID_BITS+1))
     z = samplers.discrete_gaussian(rng, s, k.shape)  # int64, |z| ≪ 2⁵³: exact as float64
+    with np.errstate(over="ignore"):
+        out = (k + np.asarray(z, dtype=np.float64)) * g  # fl(k + z): the correctly rounded integer k + z
+    if not np.all(np.isfinite(out)):
+        raise ValueError("value is too large for float64 after the noise")
+    return out
+
+
+def granularities(sigma) -> np.ndarray:
+    """:func:`granularity` element-wise for an array of σ's: g_i = 2^{⌊log2 σ_i⌋ − GRID_BITS} (np.frexp: σ = f·2^e,
+    f ∈ [0.5, 1), so ⌊log2 σ⌋ = e − 1 exactly). Every σ_i must be finite and in [2**-960, 2**960] (ValueError)."""
+    if isinstance(sigma, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"sigma must be an array of real numbers, got {sigma!r}")
+    try:
+        s = np.asarray(sigma, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"sigma must be an array of real numbers, got {sigma!r}") from None
+    if not np.all(np.isfinite(s) & (s >= MIN_SIGMA) & (s <= MAX_SIGMA)):
+        raise ValueError("sigma must be finite and in [2**-960, 2**960] in every element")
+    _, e = np.frexp(s)
+    return np.ldexp(1.0, e - 1 - GRID_BITS)
+
+
+def granular_gaussian_rows(rng: np.random.Generator, values, sigma) -> np.ndarray:
+    """:func:`granular_gaussian` with one σ_i per row: row i of ``values`` (shape (n,) or (n, m)) is released as
+    g_i·(rint(v_i/g_i) + Z_i), Z_i ~ N_Z(0, (σ_i/g_i)²) per coordinate, g_i = :func:`granularity`(σ_i), all rows
+    in one vectorised draw (:func:`streamdp.noise.samplers.discrete_gaussian_array`). ``sigma`` has shape (n,).
+    Row i is exactly :func:`granular_gaussian` (``values[i]``, σ_i) — the same law, hence the module docstring's
+    guarantee per row: ρ_i = 1/(2σ_i²) per unit², distance plus √m≠·g_i; rows are independent."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim not in (1, 2):
+        raise ValueError(f"values must have shape (n,) or (n, m), got {v.shape}")
+    if np.shape(sigma) != (v.shape[0],):
+        raise ValueError(f"sigma must have shape ({v.shape[0]},), one σ per row, got {np.shape(sigma)}")
+    g = granularities(sigma)  # validates σ (finite, in [2**-960, 2**960])
+    sig = np.asarray(sigma, dtype=np.float64)
+    s = sig / g  # exact: power-of-two scalings, each in [2^GRID_BITS, 2^(GRID_BITS+1))
+    if v.ndim == 2:
+        g, s = g[:, None], s[:, None]
+    if not np.all(np.isfinite(v)):
+        raise ValueError("value must be finite")
+    with np.errstate(over="ignore"):
+        q = v / g
+    if not np.all(np.isfinite(q)):
+        raise ValueError("value is too large for its row's grid (|v/g| overflows float64)")
+    k = np.rint(q)  # exact rounding of the exact quotient (module docstring, step 1)
+    z = samplers.discrete_gaussian_array(rng, np.broadcast_to(s, v.shape))  # int64, |z| ≪ 2⁵³
     with np.errstate(over="ignore"):
         out = (k + np.asarray(z, dtype=np.float64)) * g  # fl(k + z): the correctly rounded integer k + z
     if not np.all(np.isfinite(out)):

@@ -29,6 +29,14 @@ mechanisms that use it, not here.
 
 Everything is vectorised: proposals are drawn in batches sized from the expected acceptance rate, and only the
 shortfall is redrawn. Output dtype is ``int64``.
+
+``discrete_gaussian_array(rng, sigma)`` draws one N_Z(0, σ_i²) per element of an *array* of σ's (the granular
+Gaussian mechanism of the PIE rounds, one σ per user): the same rejection, element by element — element i
+proposes from Lap_Z(t_i), t_i = ⌊σ_i⌋ + 1, accepts with probability exp(−(|Y| − σ_i²/t_i)²/(2σ_i²)), and only the
+rejected elements propose again. Each element's proposals are independent of the others' and of its own earlier
+ones, so its output is the first accepted proposal of an i.i.d. sequence: exactly the law of the scalar sampler
+for σ_i (the scalar sampler keeps the accepted values of one i.i.d. batch, the same law), with the same
+point-mass rule (σ_i < POINT_MASS_SIGMA gives 0) and the same range check (σ_i ≤ MAX_SCALE).
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import operator
 
 import numpy as np
 
-__all__ = ["discrete_laplace", "discrete_gaussian", "MAX_SCALE"]
+__all__ = ["discrete_laplace", "discrete_gaussian", "discrete_gaussian_array", "MAX_SCALE"]
 
 #: Largest σ or t accepted. Values stay far inside int64 and float64 integers are exact up to 2⁵³; beyond this
 #: scale a count release would be pure noise anyway.
@@ -154,3 +162,56 @@ def discrete_gaussian(rng: np.random.Generator, sigma: float, size=None):
         # Next batch: observed rate (bounded away from 0) with 10 % head-room.
         rate = max(0.9 * accepted.size / m, 0.05)
     return _finish(out, shape)
+
+
+def _array_scale(x, name: str) -> np.ndarray:
+    """A float64 array (any shape, 0-d allowed) whose entries are finite, > 0 and ≤ MAX_SCALE; ValueError naming
+    ``name`` otherwise (booleans and strings refused, as in :func:`_scalar_scale`)."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"{name} must be a real number or an array of reals, got {x!r}")
+    try:
+        a = np.asarray(x)
+        if a.dtype.kind not in "iuf":
+            raise TypeError
+        a = a.astype(np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number or an array of reals, got {x!r}") from None
+    if not np.all(np.isfinite(a)) or not np.all(a > 0.0):
+        raise ValueError(f"{name} must be finite and > 0 in every element")
+    if np.any(a > MAX_SCALE):
+        raise ValueError(f"{name} must be ≤ 2**40 (≈1.1e12) in every element")
+    return a
+
+
+def discrete_gaussian_array(rng: np.random.Generator, sigma):
+    """One N_Z(0, σ_i²) per element of the array ``sigma`` (any shape), as int64 of the same shape (an int64
+    scalar for a 0-d ``sigma``).
+
+    Element i: rejection from Lap_Z(t_i), t_i = ⌊σ_i⌋ + 1, acceptance exp(−(|Y| − σ_i²/t_i)²/(2σ_i²)) (CKS Alg. 3);
+    only the rejected elements are redrawn, so each element has exactly the law of :func:`discrete_gaussian`
+    with its σ_i (module docstring), up to the same float64 rounding. σ_i < POINT_MASS_SIGMA gives 0; every σ_i
+    must be finite, > 0 and ≤ MAX_SCALE (ValueError otherwise).
+    """
+    sig = _array_scale(sigma, "sigma")
+    shape = sig.shape
+    flat = sig.reshape(-1)
+    out = np.zeros(flat.size, dtype=np.int64)
+    live = np.flatnonzero(flat >= POINT_MASS_SIGMA)  # the others are the point mass at 0
+    for start in range(0, live.size, _BATCH):  # bounded temporary memory for any size
+        pending = live[start:start + _BATCH]
+        s = flat[pending]
+        t = np.floor(s) + 1.0
+        p = -np.expm1(-1.0 / t)  # 1 − q_i, accurate for large t_i
+        centre = s * s / t
+        inv_two_var = 1.0 / (2.0 * s * s)
+        while pending.size:
+            y = rng.geometric(p) - rng.geometric(p)  # Lap_Z(t_i), one proposal per pending element
+            dev = np.abs(y).astype(np.float64)
+            dev -= centre
+            dev *= dev
+            dev *= -inv_two_var
+            acc = rng.random(pending.size) < np.exp(dev, out=dev)
+            out[pending[acc]] = y[acc]
+            rej = ~acc
+            pending, p, centre, inv_two_var = pending[rej], p[rej], centre[rej], inv_two_var[rej]
+    return out.reshape(shape) if shape else out[0]

@@ -9,7 +9,8 @@ Scalar laws (``size`` is the output shape; the scale may be an array that broadc
   (or round the noisy value before release — post-processing) so that no floating-point least-significant bits
   leak (Mironov 2012; DESIGN.md §3 "Noise").
 * :func:`discrete_gaussian` N_Z(0, σ²) and :func:`discrete_laplace` Lap_Z(t) (int64), from
-  :mod:`streamdp.noise.discrete` (Canonne–Kamath–Steinke 2020).
+  :mod:`streamdp.noise.discrete` (Canonne–Kamath–Steinke 2020); :func:`discrete_gaussian_array` draws one
+  N_Z(0, σ_i²) per element of an array of σ's (output shape = that array's shape).
 
 Vector laws (output shape ``size + (d,)``; a scalar scale):
 
@@ -42,7 +43,7 @@ import operator
 
 import numpy as np
 
-from streamdp.noise.discrete import _shape, discrete_gaussian, discrete_laplace
+from streamdp.noise.discrete import _shape, discrete_gaussian, discrete_gaussian_array, discrete_laplace
 
 __all__ = [
     "gaussian",
@@ -50,6 +51,7 @@ __all__ = [
     "gumbel",
     "exponential",
     "discrete_gaussian",
+    "discrete_gaussian_array",
     "discrete_laplace",
     "planar_laplace",
     "knorm_gamma_ball",

@@ -9,9 +9,12 @@ triple (M(·;f_id), g0, h0) of 000 Cor. 6.1) or φ(x_i) for a 1-Lipschitz φ (di
 confidence radius is h̄_{i,j} = λ(d, β_0/(c·|G_{j−1}|)) / √(2ρ̄_{i,j}) (000 Lemma 6.1, Alg. 4 line 8).
 
 Privacy (000 Lemma 3.3(2), Thm 4.4): a user pays only the rounds actually executed, Σ_{s ≤ j_i} r_{i,s} in CGP
-(ρ per unit²), where j_i is the round in which the user was eliminated (or c). The decision to run round j for
-user i depends only on earlier outputs (F_{j−1}-measurable), so the service reserves the worst case r_i and
-settles to the executed cost (DESIGN.md §3 "Reserve and settle").
+(ρ per unit²), where j_i is the round in which the user was eliminated (or c). Every round's ṽ_i(j) is drawn on a
+power-of-two grid with discrete Gaussian noise (:func:`gaussian_mechanism`), so the guarantee holds with respect to
+the distance d + max_s a_{i,s}, a_{i,s} = √dim·2^{⌊log2 σ_{i,s}⌋−30} (micrometres for km-scale σ; stated at
+:func:`gaussian_mechanism_cost`). The decision to run round j for user i depends only on earlier outputs
+(F_{j−1}-measurable), so the service reserves the worst case r_i and settles to the executed cost (DESIGN.md §3
+"Reserve and settle").
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from streamdp.accounting.cost import Cost
-from streamdp.noise.samplers import gaussian
+from streamdp.mechanisms.granular_gaussian import granular_gaussian_rows
 
 __all__ = [
     "MAX_ROUNDS",
@@ -185,23 +188,57 @@ def split_rounds(r, c: int, scheme: str = "even") -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------- Gaussian mechanism
 def gaussian_mechanism(rng: np.random.Generator, values, rho) -> np.ndarray:
-    """M(u, ρ; φ) = φ(u) + Z/√(2ρ), Z ~ N(0, I_d) (000 Lemma 3.4), applied row-wise.
+    """M(u, ρ; φ) = φ(u) + Z/√(2ρ) (000 Lemma 3.4), applied row-wise, drawn on a power-of-two grid per row.
 
-    ``values`` holds φ(u_i) (shape (n,) or (n, d)); ``rho`` is a scalar or one ρ_i per row.
-    Cost: :func:`gaussian_mechanism_cost`.
+    ``values`` holds φ(u_i) (shape (n,) or (n, m)); ``rho`` is a scalar or one ρ_i per row. Row i is released as
+    g_i·(rint(v_i/g_i) + Z_i), Z_i ~ N_Z(0, (σ_i/g_i)²) independently per coordinate, σ_i = 1/√(2ρ_i),
+    g_i = granularity(σ_i) = 2^{⌊log2 σ_i⌋ − 30}: :func:`streamdp.mechanisms.granular_gaussian.granular_gaussian_rows`,
+    one vectorised draw (:func:`streamdp.noise.samplers.discrete_gaussian_array`). Every output of row i is an
+    integer multiple of g_i, a function of the exact integers rint(v_i/g_i) + Z_i: no floating-point leak
+    (Mironov 2012), unlike φ(u) + float Gaussian. The noise is g_i·Z_i plus a rounding of at most g_i/2 ≤ 2⁻³¹σ_i
+    per coordinate; Var g_i·Z_i < σ_i² and is σ_i² to ~10⁻⁹ (s = σ_i/g_i ≥ 2³⁰). Cost and guarantee:
+    :func:`gaussian_mechanism_cost`.
     """
     v = np.asarray(values, dtype=np.float64)
     rho = check_rho(rho)
     if v.size == 0:
         return v.copy()
-    sigma = 1.0 / np.sqrt(2.0 * rho)
-    if v.ndim == 2 and np.ndim(sigma) == 1:
-        sigma = sigma[:, None]
-    return v + gaussian(rng, sigma, v.shape)
+    if v.ndim not in (1, 2):
+        raise ValueError(f"values must have shape (n,) or (n, m), got {v.shape}")
+    if rho.ndim == 0:
+        rho = np.full(v.shape[0], float(rho))
+    elif rho.shape != (v.shape[0],):
+        raise ValueError(f"rho must be a scalar or have shape ({v.shape[0]},), got {rho.shape}")
+    with np.errstate(over="ignore", divide="ignore"):
+        sigma = 1.0 / np.sqrt(2.0 * rho)
+    return granular_gaussian_rows(rng, v, sigma)
 
 
 def gaussian_mechanism_cost(rho: float) -> Cost:
-    """M(·, ρ; φ) for a 1-Lipschitz φ (in the configured distance) is ρ-CGP (000 Lemma 3.4.2; 003 Lemma 3.4)."""
+    """M(·, ρ; φ) for a 1-Lipschitz φ (in the configured distance) is ρ-CGP (000 Lemma 3.4.2; 003 Lemma 3.4) as a
+    real-number mechanism; the cost charged is ``Cost.cgp(ρ)``.
+
+    **Guarantee of the granular release** (:func:`gaussian_mechanism` draws on the grid g = granularity(σ),
+    σ = 1/√(2ρ)). With m the number of coordinates of φ(u) (m = d for point privatisation, 1 for a distance)
+    and a = √m·g ≤ √m·2⁻³⁰·σ, the release is ρ-CGP **with respect to d + a** for a 1-Lipschitz φ: for every
+    α > 1 and u ≠ u′, D_α(M(u) ‖ M(u′)) ≤ α·ρ·(d(u, u′) + a)², and 0 for u = u′. This is the guarantee of
+    :mod:`streamdp.mechanisms.granular_gaussian` (proof there: rounding, discrete Gaussian on an integer shift,
+    post-processing) with K = 1; it is not repeated here. The additive a cannot be absorbed into ρ (two values on
+    either side of a rounding boundary, d → 0, lose α·ρ·a²), so it is part of the guarantee, in the configured
+    distance unit. A φ computed in float64 (len_p, Proj_Γ) is 1-Lipschitz up to its own rounding error η, which
+    adds 2η to a (granular_gaussian, "Float gaps").
+
+    Composition (PIE, 000 Lemma 3.3, inside the filter, 000 Thm 4.4): user i's rounds s = 1..j_i at ρ_{i,s} with
+    distances a_{i,s} = √m·granularity(1/√(2ρ_{i,s})) give
+    D_α ≤ α·Σ_s ρ_{i,s}(d + a_{i,s})² ≤ α·(Σ_s ρ_{i,s})·(d + max_s a_{i,s})²: the executed cost
+    :func:`pie_cost`(Σ_s ρ_{i,s}) with respect to d + max_s a_{i,s}, max_s a_{i,s} ≤ √m·2⁻³⁰/√(2·min_s ρ_{i,s}).
+    The ρ_{i,s} may be chosen adaptively (000 Alg. 3 from earlier outputs), so a bound that holds on every path
+    takes A = √m·granularity(1/√(2ρ_min)) ≥ every a_{i,s}, ρ_min the smallest round budget the configuration
+    can give (B/(L·c) for an ``even`` split of r_i ≥ B/L over a sequence of L queries, B/(L(2^c − 1)) for
+    ``doubling``; a decreases with ρ):
+    Σ_s ρ_{i,s}(d + a_{i,s})² ≤ (Σ_s ρ_{i,s})(d + A)² on every path, and the filter's Σ_s ρ_{i,s} ≤ B gives
+    B-CGP for the whole sequence with respect to d + A.
+    """
     return Cost.cgp(float(rho))
 
 
@@ -348,9 +385,9 @@ class _Rounds:
     def run_round(self, rng: np.random.Generator, j: int, active: np.ndarray):
         """Round j (0-based) for the users ``active`` (indices): returns (φ̄, h̄) for them."""
         r = self.round_rho[active, j]
-        # Gaussian mechanism, 000 Lemma 3.4: ṽ = u + Z/√(2 r_{i,j}); this round costs r_{i,j} (CGP).
-        sigma = (1.0 / np.sqrt(2.0 * r))[:, None]
-        v = self.triple.values[active] + gaussian(rng, sigma, (active.size, self.triple.dim))
+        # Gaussian mechanism, 000 Lemma 3.4: ṽ = u + Z/√(2 r_{i,j}), drawn on each user's grid (granular, see
+        # gaussian_mechanism_cost for the guarantee); this round costs r_{i,j} (CGP).
+        v = gaussian_mechanism(rng, self.triple.values[active], r)
         if self.round_values is not None:
             self.round_values[active, j] = v
         self.weighted[active] += r[:, None] * v
