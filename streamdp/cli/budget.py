@@ -486,7 +486,7 @@ def _refuse_kept_zero_delta(args, current: np.ndarray) -> None:
     store with no default yet) the default became ρ > 0 with δ = 0, the store's default then overrode [budget], and
     every user of a query that charges δ (zcdp: continual counts, top-k) was halted for good at their first window
     (review 12 F4). Such a δ must be given explicitly (``--delta 0`` where this notion's queries charge no δ)."""
-    if args.delta is not None or args.rho == 0:
+    if args.delta is not None or args.rho == 0 or args.notion == "cgp":  # no cgp kind charges δ (closing review)
         return
     k = NOTIONS.index(args.notion)
     if int(current[2 * k + 1]) == 0:
@@ -564,6 +564,8 @@ def _nonneg_real(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number ≥ 0 (or inf), got {text!r}")
     if math.isinf(v):
         raise _TooLarge(f"{text!r} is a finite number too large to hold (it is not inf)")
+    if v == 0 and re.search(r"[1-9]", re.split(r"[eE]", t)[0]):  # 1e-400: a non-zero number that underflows to 0
+        raise argparse.ArgumentTypeError(f"{text!r} is a non-zero number too small to hold (it would be 0: no budget)")
     return v
 
 

@@ -45,6 +45,10 @@ def _grid_means(qid, *, horizon, **kw):
 
 
 def _check(where: str, a: dict) -> None:
+    from streamdp.mechanisms.granular_laplace import MIN_EPSILON
+
+    if a["epsilon"] < MIN_EPSILON:  # the granular Laplace's discrete parameter k/ε would pass its sampler's range
+        raise ConfigError(f"{where}.epsilon: must be ≥ 2**-38 (≈ 3.6e-12), got {a['epsilon']!r}")
     if a["cells"] == "grid":
         if a["cell_size"] is None:
             raise ConfigError(f"{where}.cell_size: is required when cells = 'grid'")

@@ -36,7 +36,7 @@ from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, SCALES
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
 from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
-from streamdp.engine.release_parameters import canonical, check_unchanged, release_parameters
+from streamdp.engine.release_parameters import ParametersChanged, canonical, check_unchanged, release_parameters
 from streamdp.engine.replay_digest import GENESIS, generator_fingerprint, window_digest
 from streamdp.filter.store import BudgetStore, StoreError
 from streamdp.input.events import EventBatch
@@ -263,7 +263,7 @@ class ReleaseEngine:
                 time.sleep(delay)
                 delay = min(delay * 2, self.config.store_backoff_max_seconds)
                 retries = self.counters.store_retries
-                self.restore(snap)
+                self.restore(snap, own_retry=True)
                 self.counters.store_retries = retries
         raise AssertionError("unreachable")
 
@@ -431,14 +431,25 @@ class ReleaseEngine:
             "history": {"digest": self.history.hex(), "users": self._history_users, "items": self._history_items},
         }
 
-    def restore(self, data: bytes) -> None:
-        self.restore_tree(state_codec.decode(data))
+    def restore(self, data: bytes, *, own_retry: bool = False) -> None:
+        self.restore_tree(state_codec.decode(data), own_retry=own_retry)
 
-    def restore_tree(self, st: dict) -> None:
-        """Load a :meth:`state_tree` (decoded; append logs as bytes). Version 1 (before append logs) loads too."""
+    def restore_tree(self, st: dict, *, own_retry: bool = False) -> None:
+        """Load a :meth:`state_tree` (decoded; append logs as bytes). Version 1 (before append logs) loads too.
+
+        A snapshot carries its generator's state only in test mode (or in :meth:`close_due`'s own in-memory retry,
+        ``own_retry``): a secure engine refuses any other snapshot that carries one. The ``noise`` release parameter
+        refuses test-mode snapshots written since it exists; this also refuses those written before it, whose
+        generator is keyed from the fixed seed (closing review of 2026-11-23)."""
         version = st.get("version")
         if version not in (1, SNAPSHOT_VERSION):
             raise ValueError(f"unsupported snapshot version {version}")
+        if st.get("rng") is not None and self.config.unsafe_test_seed is None and not own_retry:
+            raise ParametersChanged(
+                "the snapshot was written in test mode (it carries its noise generator's state, keyed from the "
+                "fixed unsafe_test_seed, which anyone can reproduce; its releases are not differentially private): "
+                "a secure engine does not continue it. Start a new deployment (a new consumer group and new query "
+                "ids)")
         check_unchanged(st.get("parameters"), self.parameters)  # before anything is loaded
         names = (lambda b: orjson.loads(b)) if version == 1 else (lambda b: orjson.loads(bytes(b) + b"]"))
         self.windows = TumblingWindows.from_state(st["windows"])

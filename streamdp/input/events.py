@@ -118,7 +118,9 @@ def _reason_of(exc: Exception, raw: bytes | None = None) -> BadEvent:
             return BadEvent("malformed_json", "the payload starts with a UTF-8 byte-order mark (EF BB BF), which "
                                               "JSON does not allow; remove it")
         m = _SURROGATE.search(b)
-        if m is not None and ("surrogate" in msg.lower() or "truncated" in msg.lower()):
+        # msgspec reports a lone surrogate escape as "truncated" too; a payload that is really cut off keeps that
+        complete = b.rstrip(b" \t\r\n").endswith(b"}")
+        if m is not None and ("surrogate" in msg.lower() or ("truncated" in msg.lower() and complete)):
             return BadEvent("malformed_json", f"a \\u escape that is not a valid UTF-16 surrogate pair "
                                               f"({m.group().decode()!s}…)")
     if isinstance(exc, msgspec.ValidationError):

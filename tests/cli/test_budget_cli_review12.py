@@ -192,10 +192,13 @@ def test_set_default_without_delta_on_a_store_with_no_default_is_refused(capsys,
     rc, _, err = run(capsys, "set-default", "--rho", "4", "--yes", "--store", url)
     assert rc == 0, err
     assert _reopen(url).default_budget()[:2].tolist() == [4 * LOSS_SCALE, DELTA_SCALE // 10**4]
-    # a notion whose δ is still 0 needs --delta (0 where its queries charge none)
-    rc, _, err = run(capsys, "set-default", "--rho", "3", "--notion", "cgp", "--yes", "--store", url)
+    # a notion whose δ is still 0 and whose queries may charge δ (emd) needs --delta (0 where its queries charge none);
+    # cgp does not (no cgp kind charges δ: closing review of the day)
+    rc, _, err = run(capsys, "set-default", "--rho", "3", "--notion", "emd", "--yes", "--store", url)
     assert rc == 2 and "--delta 0" in err
-    rc, _, err = run(capsys, "set-default", "--rho", "3", "--notion", "cgp", "--delta", "0", "--yes", "--store", url)
+    rc, _, err = run(capsys, "set-default", "--rho", "3", "--notion", "emd", "--delta", "0", "--yes", "--store", url)
+    assert rc == 0, err
+    rc, _, err = run(capsys, "set-default", "--rho", "3", "--notion", "cgp", "--yes", "--store", url)
     assert rc == 0, err
     # ρ 0 (no budget in the notion) needs no δ
     rc, _, err = run(capsys, "set-default", "--rho", "0", "--notion", "emd", "--yes", "--store", url)
@@ -377,3 +380,29 @@ def test_since_takes_a_negative_duration(capsys, store_url):
     assert queries("--since", "-90m") == ["new"]
     rc, _, err = run(capsys, "ledger", "--since", "-x", "--store", store_url)
     assert rc == 2 and "--since" in err and "2h or -2h" in err and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------- closing review of the day
+def test_a_non_zero_number_that_underflows_is_refused(tmp_path, capsys):
+    from streamdp.cli.main import main
+
+    store = str(tmp_path / "s.json")
+    for flag, text in (("--rho", "1e-400"), ("--delta", "1e-400")):
+        argv = ["budget", "set-default", "--rho", "1", "--delta", "1e-6", "--yes", "--create", "--store", store]
+        argv[argv.index(flag) + 1] = text
+        with pytest.raises(SystemExit) as e:  # an argparse type error
+            main(argv)
+        assert e.value.code == 2
+        assert "too small to hold" in capsys.readouterr().err
+    assert main(["budget", "set-default", "--rho", "0e-400", "--delta", "0", "--yes", "--create", "--store",
+                 store]) == 0  # a zero written so is still zero
+
+
+def test_set_default_of_the_cgp_notion_needs_no_delta(tmp_path, capsys):
+    """No cgp kind charges δ: its default δ is 0 on every store, and set-default --notion cgp was refused always."""
+    from streamdp.cli.main import main
+
+    store = str(tmp_path / "s.json")
+    assert main(["budget", "set-default", "--notion", "cgp", "--rho", "1e-6", "--yes", "--create", "--store",
+                 store]) == 0
+    assert main(["budget", "set-default", "--notion", "emd", "--rho", "1", "--yes", "--store", store]) == 2  # emd may

@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
-from streamdp.mechanisms.granular_laplace import granularity
+from streamdp.mechanisms.granular_laplace import laplace_granularity
 from scipy import stats
 
 from streamdp.accounting.cost import LOSS_SCALE, Cost
@@ -209,8 +209,8 @@ def test_baseline_release_minus_true_mean_is_laplace_U_mstar_over_summ_over_eps(
     z = []
     for r in recs:
         for key, cell in r.values["cells"].items():
-            assert cell["noise_scale"] == pytest.approx(scale[(r.seq, key)], rel=2**-30 / eps)
-            g = granularity(scale[(r.seq, key)])  # the release is on the power-of-two grid (no float-LSB leak)
+            assert cell["noise_scale"] == pytest.approx(scale[(r.seq, key)], rel=2**-30)
+            g = laplace_granularity(scale[(r.seq, key)] * eps, eps)  # on the power-of-two grid (no float-LSB leak)
             assert cell["mean"] / g == int(cell["mean"] / g)
             z.append((cell["mean"] - truth[(r.seq, key)]) / scale[(r.seq, key)])
     z = np.array(z)

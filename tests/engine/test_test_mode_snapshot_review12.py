@@ -72,3 +72,34 @@ def test_a_secure_engine_has_the_parameters_and_scope_of_before():
     assert prod.scope == "engine:79ea95f3cb24"  # computed with the code before test mode was a parameter
     assert test.parameters["noise"] == "unsafe_test_seed"
     assert prod.scope != test.scope
+
+
+def test_a_test_mode_snapshot_from_before_the_noise_parameter_is_refused_too():
+    """Closing review: the ``noise`` parameter only marks snapshots written since it exists. A test-mode snapshot
+    written before (its parameters without ``noise``) still carries the seeded generator's state, and a secure
+    engine continued it. A secure engine now refuses any persisted snapshot that carries generator state."""
+    import json
+
+    from streamdp.engine import state_codec
+
+    tree = state_codec.decode(_snapshot(7))
+    params = json.loads(tree["parameters"])
+    params.pop("noise")  # as written before the parameter existed
+    tree["parameters"] = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    assert tree["rng"] is not None
+    prod = _engine(None)
+    with pytest.raises(ParametersChanged, match="written in test mode"):
+        prod.restore_tree(tree)
+    seeded_key = unsafe_seeded_generator(7).bit_generator.state["state"]["keysetup"]
+    assert not np.array_equal(prod.rng.bit_generator.state["state"]["keysetup"], seeded_key)
+
+
+def test_the_own_retry_snapshot_of_a_secure_engine_still_restores_its_generator():
+    eng = _engine(None)
+    snap = eng.snapshot(include_rng=True)
+    with pytest.raises(ParametersChanged):
+        _engine(None).restore(snap)  # a persisted one would be refused …
+    other = _engine(None)
+    other.restore(snap, own_retry=True)  # … close_due's own retry restores it (same noise on the retry)
+    a, b = other.rng.bit_generator.state["state"], eng.rng.bit_generator.state["state"]
+    assert all(np.array_equal(a[k], b[k]) for k in a)

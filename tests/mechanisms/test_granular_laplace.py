@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from streamdp.mechanisms.granular_laplace import GRID_BITS, granular_laplace, granularity
+from streamdp.mechanisms.granular_laplace import GRID_BITS, granular_laplace, granularity, laplace_granularity
 from streamdp.noise.generator import unsafe_seeded_generator
 
 P_MIN = 1e-6
@@ -32,11 +32,25 @@ def test_granularity_known_answers():
 
 
 def test_known_answer_scale_and_grid():
-    # Δ = 1, ε = 0.5: b = 2 → g = 2⁻²⁹, k = ⌊1/2⁻²⁹⌋ + 1 = 2²⁹ + 1, t = k/ε, scale g·t = (1 + 2⁻²⁹)/0.5
+    # Δ = 1, ε = 0.5: g = 2^(⌊log2 1⌋ − 30) = 2⁻³⁰, k = ⌊1/2⁻³⁰⌋ + 1 = 2³⁰ + 1, t = k/ε, scale g·t = (1 + 2⁻³⁰)/0.5
     rng = unsafe_seeded_generator(5)
     value, scale = granular_laplace(rng, 0.3, 1.0, 0.5)
-    assert scale == (2.0**29 + 1) / 0.5 * 2.0**-29
-    assert value / 2.0**-29 == int(value / 2.0**-29)  # on the grid
+    assert laplace_granularity(1.0, 0.5) == 2.0**-30
+    assert scale == (2.0**30 + 1) / 0.5 * 2.0**-30
+    assert value / 2.0**-30 == int(value / 2.0**-30)  # on the grid
+    # Δ = 3: g = 2⁻²⁹ (3 ∈ [2, 4)); the grid follows Δ, not Δ/ε, so the scale is (Δ + g)/ε at any ε ≥ 2⁻⁹
+    for eps in (1e-2, 1.0, 100.0):
+        assert laplace_granularity(3.0, eps) == 2.0**-29
+        assert granular_laplace(rng, 0.0, 3.0, eps)[1] == pytest.approx((3.0 + 2.0**-29) / eps, rel=1e-15)
+    # tiny ε: the grid is coarsened until t ≤ 2³⁹; the scale stays within (1 + 2⁻³⁸/ε)·Δ/ε (it was up to ×2 at ε = 1e-9
+    # with a grid relative to the scale: closing review)
+    for eps in (1e-6, 1e-9, 1e-11):
+        g = laplace_granularity(1.0, eps)
+        t = (math.floor(1.0 / g) + 1) / eps
+        assert t <= 2.0**39
+        assert 1 / eps <= granular_laplace(rng, 0.0, 1.0, eps)[1] <= (1 + 2.0**-38 / eps) / eps
+    with pytest.raises(ValueError, match="epsilon"):
+        granular_laplace(rng, 0.0, 1.0, 2.0**-39)
     with pytest.raises(ValueError, match="statistic"):
         granular_laplace(rng, math.nan, 1.0, 0.5)
     with pytest.raises(ValueError, match="sensitivity"):
@@ -64,7 +78,7 @@ def test_every_output_of_one_statistic_is_possible_for_its_neighbour():
     part for 81.6 % of its outputs at these parameters: /tmp/s12/noise review, repro_mironov_grid_means.py.)"""
     rng = unsafe_seeded_generator(3)
     s0, s1, d, eps = 0.0, 1.0, 1.0, 1.0
-    g = granularity(d / eps)
+    g = laplace_granularity(d, eps)
     k = math.floor(d / g) + 1
     t = k / eps
     out = np.array([granular_laplace(rng, s0, d, eps)[0] for _ in range(20_000)])

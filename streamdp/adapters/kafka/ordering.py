@@ -17,9 +17,10 @@ Rejections happen on arrival with the engine's own rules and reason codes: ``lat
 ``before_origin`` and ``too_far_in_future`` (more than ``max_future_seconds`` after the newest time accepted
 before it: the partition's own newest event time, else the watermark, else the batch's upper median — see
 :func:`~streamdp.windows.tumbling.stream_position` — or an earlier accepted event of the same batch, see
-:func:`~streamdp.windows.tumbling.absurd_times`); they are counted in the engine's counters. Determinism holds
-when each partition's disorder stays within ``allowed_lateness`` (then no event is late, whatever the timing) and
-no idle timeout fires.
+:func:`~streamdp.windows.tumbling.absurd_times`; or more than ``max_future_seconds`` past the wall clock); they are
+counted in the engine's counters. Determinism holds when each partition's disorder stays within
+``allowed_lateness`` (then no event is late, whatever the timing), no idle timeout fires and no event is stamped
+more than ``max_future_seconds`` ahead of the clock (such an event can be judged differently by a later replay).
 """
 
 from __future__ import annotations

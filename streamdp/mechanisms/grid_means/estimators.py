@@ -143,7 +143,7 @@ def _laplace_release(rng: np.random.Generator, statistic: float, sensitivity: fl
                      epsilon: float) -> tuple[float, float]:
     """(release, noise scale): statistic + Lap(Δ/ε) on a power-of-two grid, pure ε-DP without the floating-point
     leak of a float Laplace sum (:mod:`streamdp.mechanisms.granular_laplace`); the scale is the one actually used,
-    at most (1 + 2⁻³⁰/ε)·Δ/ε. A zero sensitivity means the statistic is already a function of public or private
+    at most (1 + 2⁻³⁰)·Δ/ε (for ε ≥ 2⁻⁹; (1 + 2⁻³⁸/ε)·Δ/ε below). A zero sensitivity means the statistic is already a function of public or private
     outputs (an interval of zero width): released as it is, scale 0."""
     if sensitivity <= 0:
         return float(statistic), 0.0
