@@ -200,3 +200,27 @@ def checkpoint_info(url: str, group: str, input_topic: str) -> dict:
 
     info = redis.Redis.from_url(url).hget(f"sdp:ckpt:{group}:{input_topic}", "info")
     return json.loads(info) if info else {}
+
+
+def releases_and_dead_letters(bootstrap: str, raw: dict, min_count: int, min_dead: int = 0):
+    """The release values published per key (a set: a key published twice with the same bytes is one entry) over
+    the output topics of ``raw``'s queries, and the dead letters as {(partition, offset, reason)}."""
+    import collections
+
+    import orjson
+
+    per_key: dict[str, set[bytes]] = collections.defaultdict(set)
+    for q in raw["query"]:
+        for _, _, k, v in read_topic(bootstrap, raw["kafka"]["output_prefix"] + q["id"], min_count // 2):
+            per_key[k.decode()].add(v)
+    dead = {(d["partition"], d["offset"], d["reason"])
+            for d in (orjson.loads(v) for *_, v in read_topic(bootstrap, raw["kafka"]["dead_letter_topic"], min_dead))}
+    return per_key, dead
+
+
+def kill_all(*procs) -> None:
+    """SIGKILL the processes still running (None entries are skipped) and reap them."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()

@@ -7,19 +7,17 @@ coordinator skips the duplicates) and the coordinator killed after a charge and 
 
 from __future__ import annotations
 
-import collections
 import json
 import signal
 
-import orjson
 import pytest
 import redis
 
 from streamdp.filter.redis_store import RedisBudgetStore
 from streamdp.input import sources
 
-from kafka_helpers import (checkpoint_info, malformed_events, produce, read_topic, service_config, spent_by_user,
-                           start_worker, wait_for, write_config)
+from kafka_helpers import (checkpoint_info, kill_all, malformed_events, produce, releases_and_dead_letters,
+                           service_config, spent_by_user, start_worker, wait_for, write_config)
 from outage_helpers import free_port, scrape_metric
 
 pytestmark = pytest.mark.integration
@@ -29,20 +27,8 @@ GROUP = ["--session-timeout-ms", "6000"]
 
 
 def _outputs(bootstrap: str, raw: dict, min_count: int):
-    per_key: dict[str, set[bytes]] = collections.defaultdict(set)
-    for q in raw["query"]:
-        for _, _, k, v in read_topic(bootstrap, raw["kafka"]["output_prefix"] + q["id"], min_count // 2):
-            per_key[k.decode()].add(v)
-    dead = {(d["partition"], d["offset"], d["reason"])
-            for d in (orjson.loads(v) for *_, v in read_topic(bootstrap, raw["kafka"]["dead_letter_topic"], 1))}
-    return per_key, dead
+    return releases_and_dead_letters(bootstrap, raw, min_count, min_dead=1)
 
-
-def _stop(*procs) -> None:
-    for p in procs:
-        if p is not None and p.poll() is None:
-            p.kill()
-            p.wait()
 
 
 def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, topic_prefix, tmp_path):
@@ -99,7 +85,7 @@ def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, to
         a2.send_signal(signal.SIGTERM)  # graceful: finishes its batch and exits 0
         assert a2.wait(30) == 0
     finally:
-        _stop(a1, a2, c)
+        kill_all(a1, a2, c)
 
     c_log = (tmp_path / "c.log").read_text()
     restores = [json.loads(x) for x in c_log.splitlines() if "owner: restored checkpoint" in x]
@@ -140,7 +126,7 @@ def test_a_shape_switch_coordinator_all_coordinator_is_not_taken_for_a_store_rol
         try:
             rc = start_worker(coord, log_path=str(tmp_path / f"{name}.log")).wait(120)
         finally:
-            _stop(a)
+            kill_all(a)
         assert rc == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
 
     coordinator_period(ev[:2000], "c1")

@@ -7,7 +7,6 @@ colliding input offsets as already seen. Each coordinator now drops the other's 
 
 from __future__ import annotations
 
-import collections
 import json
 import signal
 
@@ -18,7 +17,8 @@ import redis
 from streamdp.filter.redis_store import RedisBudgetStore
 from streamdp.input import sources
 
-from kafka_helpers import produce, read_topic, service_config, spent_by_user, start_worker, wait_for, write_config
+from kafka_helpers import (kill_all, produce, releases_and_dead_letters, service_config, spent_by_user,
+                           start_worker, wait_for, write_config)
 
 pytestmark = pytest.mark.integration
 
@@ -29,20 +29,8 @@ SHARED_INTERNAL = "streamdp.internal.parsed"
 
 
 def _outputs(bootstrap: str, raw: dict, min_count: int):
-    per_key: dict[str, set[bytes]] = collections.defaultdict(set)
-    for q in raw["query"]:
-        for _, _, k, v in read_topic(bootstrap, raw["kafka"]["output_prefix"] + q["id"], min_count // 2):
-            per_key[k.decode()].add(v)
-    dead = {(d["partition"], d["offset"], d["reason"])
-            for d in (orjson.loads(v) for *_, v in read_topic(bootstrap, raw["kafka"]["dead_letter_topic"], 0))}
-    return per_key, dead
+    return releases_and_dead_letters(bootstrap, raw, min_count, min_dead=0)
 
-
-def _stop(*procs) -> None:
-    for p in procs:
-        if p is not None and p.poll() is None:
-            p.kill()
-            p.wait()
 
 
 def _renamed(events: list[bytes], prefix: str) -> list[bytes]:
@@ -106,7 +94,7 @@ def test_two_staged_deployments_sharing_the_default_internal_topic_each_publish_
             ingest[d].send_signal(signal.SIGTERM)
             assert ingest[d].wait(30) == 0
     finally:
-        _stop(*procs)
+        kill_all(*procs)
 
     for d, x in dep.items():
         assert f'"internal_topic": "{SHARED_INTERNAL}"' in (tmp_path / f"{d}.ingest.log").read_text()
