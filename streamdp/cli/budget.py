@@ -253,7 +253,10 @@ def converted_json(rec: UserBudget, delta_prime: float, within_km: float) -> dic
 
 
 def _conv_text(c: dict | None, per: str = "") -> str:
-    return "none (unlimited)" if c is None else f"ε = {c[f'epsilon{per}']:.4g}, δ = {c['delta']:.3g}"
+    """A conversion, or why there is none: an unlimited ρ or δ (a finite ρ with an unlimited δ bounds nothing
+    either; the text said "unlimited" as if ρ were)."""
+    return ("no bound (its ρ or its δ is unlimited)" if c is None
+            else f"ε = {c[f'epsilon{per}']:.4g}, δ = {c['delta']:.3g}")
 
 
 @_run

@@ -406,3 +406,16 @@ def test_set_default_of_the_cgp_notion_needs_no_delta(tmp_path, capsys):
     assert main(["budget", "set-default", "--notion", "cgp", "--rho", "1e-6", "--yes", "--create", "--store",
                  store]) == 0
     assert main(["budget", "set-default", "--notion", "emd", "--rho", "1", "--yes", "--store", store]) == 2  # emd may
+
+
+def test_show_says_why_a_budget_has_no_dp_conversion(tmp_path, capsys):
+    """A finite ρ with an unlimited δ has no (ε, δ) bound; `show` said "none (unlimited)" as if ρ were unlimited
+    (operator review F9.2)."""
+    from streamdp.cli.main import main
+
+    store = str(tmp_path / "s.json")
+    assert main(["budget", "grant", "bob", "--rho", "5", "--delta", "inf", "--yes", "--create", "--store", store]) == 0
+    capsys.readouterr()
+    assert main(["budget", "show", "bob", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "budget no bound (its ρ or its δ is unlimited)" in out and "none (unlimited)" not in out
