@@ -173,6 +173,9 @@ def test_a_budget_store_that_lost_its_state_is_refused(tansu, redis_url, topic_p
     r.flushall()  # the store loses its state; Kafka keeps the committed offsets
     assert run_to_completion(cfg, redis_url, tmp_path / "w2.log", extra=["--standalone"]) == 4
     assert "the store lost its state" in (tmp_path / "w2.log").read_text()
+    # a refused start is not also announced as started (it was, after the error: operator review)
+    assert '"worker started"' not in (tmp_path / "w2.log").read_text()
+    assert '"worker started"' in (tmp_path / "w1.log").read_text()
     assert not list(RedisBudgetStore.from_url(redis_url).iter_users())  # nobody charged: nothing released
     assert run_to_completion(cfg, redis_url, tmp_path / "w3.log", extra=["--standalone", "--allow-empty-store"]) == 0
     assert list(RedisBudgetStore.from_url(redis_url).iter_users())  # started over, as asked

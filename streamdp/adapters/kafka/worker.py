@@ -325,6 +325,8 @@ class KafkaWorker:
             tps = [TopicPartition(self.source_topic, p) for p in parts]
             self.consumer.assign(tps)
             await self.on_assigned(tps)
+        if self.exit_code != 0:  # a standalone start refused while restoring (exit 4, 6, 7): said already, not "started"
+            return
         log.info("worker started", extra={"worker": self.worker_id, "input_topic": o.input_topic,
                                           "role": o.role, "source_topic": self.source_topic, "group": self.group,
                                           "queries": list(self.topic_of), "lean_fetch": self.lean,
