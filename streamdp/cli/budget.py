@@ -405,12 +405,24 @@ def _ledger(args, st: BudgetStore) -> int:
         return 0
     rows = []
     for e in entries:
-        rest = {k: v for k, v in e.items() if k not in ("ts", "type", "query", "action")}
+        rest = {k: (_readable_budget(v) if k in ("old", "new") and e.get("type") == "admin" else v)
+                for k, v in e.items() if k not in ("ts", "type", "query", "action")}
         rows.append([_iso(e.get("ts")), e.get("type", ""), e.get("query") or e.get("action") or "",
                      json.dumps(rest, separators=(",", ":"), ensure_ascii=False)])
     print(_table(["time (UTC)", "type", "query/action", "details"], rows))
     print(f"({len(entries)} entr{'ies' if len(entries) != 1 else 'y'})")
     return 0
+
+
+def _readable_budget(vec):
+    """An audit entry's budget vector (fixed point, the store's layout) as {component: real} for the text table —
+    the non-zero components, ``inf`` for unlimited (the raw vector stays in ``--json``)."""
+    from streamdp.accounting.cost import COMPONENTS
+
+    if not isinstance(vec, list) or len(vec) != len(COMPONENTS):
+        return vec
+    return {c: ("inf" if int(v) == INT64_MAX else from_fixed(v, SCALES[i]))
+            for i, (c, v) in enumerate(zip(COMPONENTS, vec)) if int(v)}
 
 
 def _ledger_totals(args, entries: list[dict]) -> int:

@@ -419,3 +419,23 @@ def test_show_says_why_a_budget_has_no_dp_conversion(tmp_path, capsys):
     assert main(["budget", "show", "bob", "--store", store]) == 0
     out = capsys.readouterr().out
     assert "budget no bound (its ρ or its δ is unlimited)" in out and "none (unlimited)" not in out
+
+
+def test_the_ledger_table_shows_audit_budgets_as_numbers(tmp_path, capsys):
+    """Audit entries showed raw fixed-point vectors ([2000000000000, 1000000000000, 0, …]) in the text table
+    (operator review F9.3); --json keeps them raw."""
+    import json as _json
+
+    from streamdp.cli.main import main
+
+    store = str(tmp_path / "s.json")
+    assert main(["budget", "set-default", "--rho", "2", "--delta", "1e-6", "--yes", "--create", "--store", store]) == 0
+    assert main(["budget", "grant", "u1", "--rho", "inf", "--yes", "--store", store]) == 0
+    capsys.readouterr()
+    assert main(["budget", "ledger", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert '"new":{"zcdp_rho":2.0,"zcdp_delta":1e-06}' in out and '"new":{"zcdp_rho":"inf","zcdp_delta":1e-06}' in out
+    assert "2000000000000" not in out
+    assert main(["budget", "ledger", "--store", store, "--json"]) == 0
+    raw = _json.loads(capsys.readouterr().out)
+    assert raw[0]["new"] == [2 * 10**12, 10**12, 0, 0, 0, 0]
