@@ -11,6 +11,10 @@ Scalar laws (``size`` is the output shape; the scale may be an array that broadc
 * :func:`discrete_gaussian` N_Z(0, σ²) and :func:`discrete_laplace` Lap_Z(t) (int64), from
   :mod:`streamdp.noise.discrete` (Canonne–Kamath–Steinke 2020); :func:`discrete_gaussian_array` draws one
   N_Z(0, σ_i²) per element of an array of σ's (output shape = that array's shape).
+* :func:`lattice_l2_laplace` Z on ℤ^d with Pr[z] ∝ exp(−‖z‖₂/τ) (int64, shape ``size + (d,)``, d ≤ 32), by exact
+  rejection from d independent Lap_Z(√d·τ) (:mod:`streamdp.noise.discrete`): the noise of the granular planar
+  Laplace and K-norm releases (:mod:`streamdp.mechanisms.granular_l2_laplace`), which replace
+  :func:`planar_laplace` and :func:`knorm_gamma_ball` wherever a float is published.
 
 Vector laws (output shape ``size + (d,)``; a scalar scale):
 
@@ -43,7 +47,8 @@ import operator
 
 import numpy as np
 
-from streamdp.noise.discrete import _shape, discrete_gaussian, discrete_gaussian_array, discrete_laplace
+from streamdp.noise.discrete import (_shape, discrete_gaussian, discrete_gaussian_array, discrete_laplace,
+                                    lattice_l2_laplace)
 
 __all__ = [
     "gaussian",
@@ -53,6 +58,7 @@ __all__ = [
     "discrete_gaussian",
     "discrete_gaussian_array",
     "discrete_laplace",
+    "lattice_l2_laplace",
     "planar_laplace",
     "knorm_gamma_ball",
     "uniform_sphere",

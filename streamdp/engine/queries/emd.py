@@ -197,6 +197,11 @@ class EMDLinear(WindowQuery):
                 raise ValueError(f"features.{name}: every feature vector must have length {dim}, got {len(vec)}")
             rows.append([float(v) for v in vec])
         self.dim = int(dim)
+        from streamdp.noise.discrete import MAX_LATTICE_DIM
+
+        if self.dim > MAX_LATTICE_DIM:  # the lattice ℓ2-Laplace's rejection sampler (refused at release otherwise)
+            raise ValueError(f"features: feature vectors of at most {MAX_LATTICE_DIM} coordinates (the grid's K-norm "
+                             f"sampler accepts too few proposals beyond), got {self.dim}")
         self.items = ItemDomain(list(features))
         self.f = np.array(rows, dtype=np.float64)
         self.diameter = feature_diameter(self.f)

@@ -17,7 +17,21 @@ The likelihood ratio at any output is therefore ≤ exp(‖Δq‖/(Lω)) ≤ exp
   the global mean by ≤ L·d_EM(D_i, D_i')/n, so ω = 1/(n·α) ⇒ α-bounded central d_EM-DP (004 Lemma 4.2).
 
 In one dimension the noise is exactly Laplace(L·ω): Gamma(2, ω)·Uniform[−1, 1] has density e^{−|z|/ω}/(2ω).
+
 Indicator (region) queries are not Lipschitz: use a kernel-smoothed indicator.
+
+**On a grid (review 12).** q + float noise computed in float64 leaks through its low bits (Mironov 2012): some
+outputs would be possible for one dataset and impossible for a neighbour. The release is therefore drawn on a public
+grid by :func:`streamdp.mechanisms.granular_l2_laplace.granular_l2_laplace` (which proves the bound):
+g·(rint(q/g) + Z), Z on ℤ^d with Pr[z] ∝ exp(−‖z‖₂/τ), τ = Lω/g ∈ [2³⁶, 2³⁷), g = 2^{⌊log2(Lω)⌋−36} — the lattice
+version of the K-norm law above, with ‖Z‖·g ≈ Gamma(d, Lω). The likelihood ratio is then
+≤ exp((‖Δq‖ + √m≠·g)/(Lω)), so **the guarantee is α-d_EM-DP with respect to d_EM + a instead of d_EM** (D ≠ D'):
+
+* local: a = √d·g/L (ω = 1/α);
+* central: a = n·√d·g/L (ω = 1/(nα); one user moves the mean by ≤ L·d_EM/n);
+
+in both a ≤ √d·2⁻³⁶/α (:meth:`PrivEMDLinear.grid_distance`). The charged Cost.emd(α) is unchanged. d ≤ 32 (the
+exact lattice sampler's acceptance rate falls to 2.2·10⁻⁴ at d = 32): a larger ``dim`` is refused (ValueError).
 """
 
 from __future__ import annotations
@@ -27,7 +41,7 @@ import math
 import numpy as np
 
 from streamdp.accounting.cost import Cost
-from streamdp.noise import samplers
+from streamdp.mechanisms.granular_l2_laplace import MAX_LATTICE_DIM, granular_l2_laplace, grid_distance
 
 __all__ = ["PrivEMDLinear"]
 
@@ -42,7 +56,8 @@ def _pos(x, name: str) -> float:
 
 
 class PrivEMDLinear:
-    """Release q_f(D) + L·R·U (004 Alg. 1).
+    """Release q_f(D) + L·R·U (004 Alg. 1), drawn on the grid g(Lω)·ℤ^d by its lattice version (module docstring:
+    α-d_EM-DP with respect to d_EM + :meth:`grid_distance`).
 
     Parameters
     ----------
@@ -60,6 +75,9 @@ class PrivEMDLinear:
         if isinstance(dim, bool) or int(dim) != dim or int(dim) < 1:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         self.dim = int(dim)
+        if self.dim > MAX_LATTICE_DIM:
+            raise ValueError(f"dim must be ≤ {MAX_LATTICE_DIM}: the release is drawn on a grid by an exact lattice "
+                             f"ℓ2-Laplace sampler whose acceptance rate is hopeless above (got dim = {self.dim})")
         if model not in _MODELS:
             raise ValueError(f"model must be one of {_MODELS}, got {model!r}")
         self.model = model
@@ -82,8 +100,14 @@ class PrivEMDLinear:
         """L·ω: the noise density is ∝ exp(−‖z‖₂/(L·ω)); in 1-D it is Laplace(L·ω)."""
         return self.lipschitz * self.omega
 
+    def grid_distance(self) -> float:
+        """a: the release is α-d_EM-DP with respect to d_EM + a (module docstring): √d·g/L (local) or n·√d·g/L
+        (central), g = 2^{⌊log2(Lω)⌋−36}."""
+        k = self.lipschitz if self.model == "local" else self.lipschitz / self.n_users
+        return grid_distance(self.noise_scale, self.dim, k)
+
     def cost(self) -> Cost:
-        """α-d_EM-DP, δ = 0 (004 Lemma 4.2): Cost.emd(α)."""
+        """α-d_EM-DP, δ = 0 (004 Lemma 4.2): Cost.emd(α) — with respect to d_EM + :meth:`grid_distance`."""
         return Cost.emd(self.alpha)
 
     def expected_noise_norm(self) -> float:
@@ -125,7 +149,7 @@ class PrivEMDLinear:
             if not np.all(np.isfinite(v)):
                 raise ValueError("f_values must be finite")
             q = v.mean(axis=(0, 1))
-        return q + samplers.knorm_gamma_ball(rng, self.dim, self.noise_scale)
+        return granular_l2_laplace(rng, q, self.noise_scale)  # on the grid g(Lω) (module docstring)
 
     def release_means(self, rng: np.random.Generator, means) -> np.ndarray:
         """Vectorised local releases: ``means`` is (n, d), one precomputed q_f(D_i) per user; each row gets
@@ -137,4 +161,6 @@ class PrivEMDLinear:
             q = q[:, None]
         if q.ndim != 2 or q.shape[1] != self.dim:
             raise ValueError(f"means must be an (n, {self.dim}) array")
-        return q + samplers.knorm_gamma_ball(rng, self.dim, self.noise_scale, q.shape[0])
+        if not np.all(np.isfinite(q)):
+            raise ValueError("means must be finite")
+        return granular_l2_laplace(rng, q, self.noise_scale)  # one lattice draw per row (module docstring)

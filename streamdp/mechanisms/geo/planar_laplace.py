@@ -4,7 +4,8 @@
 ε-GP (003 Def. 2): Pr[M(x) ∈ S] ≤ e^{ε·dist(x, x')}·Pr[M(x') ∈ S]; ε is per distance unit of the coordinates.
 For g K-Lipschitz into (ℝ², ‖·‖₂), drawing y with density ∝ exp(−(ε/K)‖y − g(x)‖) is ε-GP (003 Lemma 2.6): the
 density ratio at any y is ≤ exp((ε/K)‖g(x) − g(x')‖) ≤ exp(ε·dist(x, x')). The noise radius is
-Gamma(shape 2, scale K/ε), the angle uniform (:func:`samplers.planar_laplace`).
+Gamma(shape 2, scale K/ε), the angle uniform (:func:`samplers.planar_laplace`) — the continuous law; the releases
+below use its lattice version on a fine grid (next-but-one paragraph).
 
 GP identity query on n points under dist_∞ (003 Thm 4.6): every point gets planar Laplace with ε/n; basic
 composition (003 Lemma 2.7) makes the tuple ε-GP. GP admits no advanced composition (003 Thm 3.5).
@@ -12,14 +13,21 @@ composition (003 Lemma 2.7) makes the tuple ε-GP. GP admits no advanced composi
 Accounting: streamdp charges geo releases in the ``cgp`` notion; an ε-GP mechanism is ε²/2-CGP (003 Lemma 3.6),
 so the cost is Cost.cgp(ε²/2) with ε per (coordinate unit).
 
-**Float gap, not closed (review 12).** These releases are x + planar-Laplace noise computed in float64: the noisy
-float leaks through its low bits (Mironov 2012; Jin et al., IEEE S&P 2022) — which doubles x + z can reach depends
-on x, so an output can be possible for one location and impossible for a neighbouring one, and the ε-GP (hence
-ε²/2-CGP) claim does not hold for the float mechanism as implemented (the loss is unbounded on such outputs). The
-Gaussian (``cgp``) releases are drawn on a public grid instead
-(:mod:`streamdp.mechanisms.granular_gaussian`); a discrete planar Laplace on a grid g·ℤ² (density ∝ e^{−ε‖y − x‖}
-restricted to the grid around rint(x/g), with the same additive grid distance) is future work. Until then
-``mechanism = "gp"`` of ``geo_locations`` carries this gap; prefer ``mechanism = "cgp"``.
+**On a grid (review 12).** x + planar-Laplace noise computed in float64 leaks through its low bits (Mironov 2012;
+Jin et al., IEEE S&P 2022): which doubles x + z can reach depends on x, so an output could be possible for one
+location and impossible for a neighbouring one. Both releases are therefore drawn on a public grid by
+:func:`streamdp.mechanisms.granular_l2_laplace.granular_l2_laplace` (which proves the bound):
+γ·(rint(v/γ) + Z), v = g(x), Z on ℤ² with Pr[z] ∝ exp(−‖z‖₂/τ), τ = s/γ ∈ [2³⁶, 2³⁷), s = K/ε the continuous noise
+scale, γ = 2^{⌊log2 s⌋−36} (the grid; g is the query above). **Guarantee**: the pmf ratio at every output is
+≤ exp((‖v − v'‖ + √m≠·γ)/s) (m≠ ≤ 2 the coordinates of v that differ), so
+
+* ``PlanarLaplaceGP(ε, K)``: ε-GP with respect to dist(x, x') + a for x ≠ x', a = √2·γ(K/ε)/K;
+* ``IdentityQueryGP(ε)`` on n points (s = n/ε per point): ε-GP with respect to dist_∞(x, x') + a, a = √2·γ(n/ε)
+  (Π_i exp((ε/n)(‖x_i − x'_i‖ + √2·γ)) ≤ exp(ε(dist_∞ + √2·γ))).
+
+a ≤ √2·2⁻³⁶·s/K, about 2·10⁻¹¹ of the noise scale (:meth:`grid_distance`). The cost charged is unchanged,
+Cost.cgp(ε²/2): ε-GP ⇒ ε²/2-CGP (003 Lemma 3.6) holds for any metric, here dist + a (0 at x = x'), so the cgp
+cost too is with respect to dist + a — as for the Gaussian releases (:mod:`streamdp.mechanisms.granular_gaussian`).
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import numpy as np
 from streamdp.mechanisms.geo._checks import _pos
 from streamdp.accounting.cgp import gp_to_cgp
 from streamdp.accounting.cost import Cost
-from streamdp.noise import samplers
+from streamdp.mechanisms.granular_l2_laplace import granular_l2_laplace, grid_distance
 
 __all__ = ["PlanarLaplaceGP", "IdentityQueryGP", "gp_cost"]
 
@@ -41,7 +49,9 @@ def gp_cost(epsilon: float) -> Cost:
 
 
 class PlanarLaplaceGP:
-    """g(x) + planar Laplace with density ∝ exp(−(ε/K)‖z‖): ε-GP (003 Lemma 2.6) for a K-Lipschitz g: X → ℝ²."""
+    """f(x) + planar Laplace with density ∝ exp(−(ε/K)‖z‖) (003 Lemma 2.6), for a K-Lipschitz f: X → ℝ² (the
+    caller passes f(x)), released on the grid γ·ℤ², γ = granularity(K/ε), with the lattice ℓ2-Laplace: ε-GP with
+    respect to dist + √2·γ/K (module docstring)."""
 
     def __init__(self, epsilon: float, lipschitz: float = 1.0):
         self.epsilon = _pos(epsilon, "epsilon")
@@ -59,12 +69,17 @@ class PlanarLaplaceGP:
         v = np.asarray(value, dtype=np.float64)
         if v.shape[-1:] != (2,) or not np.all(np.isfinite(v)):
             raise ValueError("value must be a finite point (or array of points) in ℝ², last axis of length 2")
-        return v + samplers.planar_laplace(rng, self.rate, v.shape[:-1])
+        return granular_l2_laplace(rng, v, 1.0 / self.rate)  # on the grid g(K/ε): module docstring
+
+    def grid_distance(self) -> float:
+        """a = √2·g(K/ε)/K: the release is ε-GP with respect to dist + a (module docstring)."""
+        return grid_distance(1.0 / self.rate, 2, self.lipschitz)
 
 
 class IdentityQueryGP:
-    """Privatise an n-tuple of 2-D points under dist_∞: planar Laplace with ε/n on every point — ε-GP
-    (003 Thm 4.6). E‖x̃_i − x_i‖ = 2n/ε (003 Cor. A.1)."""
+    """Privatise an n-tuple of 2-D points under dist_∞: planar Laplace with ε/n on every point (003 Thm 4.6), on the
+    grid g(n/ε)·ℤ² — ε-GP with respect to dist_∞ + √2·g(n/ε) (module docstring). E‖x̃_i − x_i‖ = 2n/ε (003 Cor.
+    A.1; to a relative 2⁻³⁶ on the grid)."""
 
     def __init__(self, epsilon: float):
         self.epsilon = _pos(epsilon, "epsilon")
@@ -85,4 +100,8 @@ class IdentityQueryGP:
         x = np.asarray(points, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != 2 or x.shape[0] == 0 or not np.all(np.isfinite(x)):
             raise ValueError(f"points must be a finite, non-empty (n, 2) array, got shape {x.shape}")
-        return x + samplers.planar_laplace(rng, self.per_point_epsilon(x.shape[0]), x.shape[0])
+        return granular_l2_laplace(rng, x, 1.0 / self.per_point_epsilon(x.shape[0]))  # grid g(n/ε), per point
+
+    def grid_distance(self, n: int) -> float:
+        """a = √2·g(n/ε): the release of n points is ε-GP with respect to dist_∞ + a (module docstring)."""
+        return grid_distance(1.0 / self.per_point_epsilon(n), 2, 1.0)

@@ -122,12 +122,14 @@ def test_basic_convex_hull_cgp_is_on_the_grid():
     assert on_grid(hull, IdentityQueryCGP(0.01).granularity(50))
 
 
-def test_comparison_noise_stays_float_and_planar_laplace_states_its_gap():
-    """Documented, not changed: the PNN/SVT noise is only compared; planar Laplace ("gp") keeps a float gap."""
+def test_comparison_noise_stays_float_and_planar_laplace_states_its_grid():
+    """Documented, not changed: the PNN/SVT noise is only compared. Planar Laplace ("gp") is on a grid since the
+    lattice ℓ2-Laplace (tests/mechanisms/test_granular_l2_laplace_review12.py) and states its grid distance."""
     mod = importlib.import_module  # the package re-exports a function named pnn
     assert "Float noise" in mod("streamdp.mechanisms.geo.pnn").__doc__
     assert "Float noise" in mod("streamdp.mechanisms.geo.svt").__doc__
-    assert "Float gap, not closed" in mod("streamdp.mechanisms.geo.planar_laplace").__doc__
+    doc = mod("streamdp.mechanisms.geo.planar_laplace").__doc__
+    assert "On a grid (review 12)" in doc and "dist_∞(x, x') + a" in doc
 
 
 # ------------------------------------------------------------------------------------------------ engine, degrees
