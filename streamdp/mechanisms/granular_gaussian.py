@@ -87,16 +87,19 @@ MIN_SIGMA = 2.0**-960
 MAX_SIGMA = 2.0**960
 
 
-def _sigma(sigma) -> float:
-    if isinstance(sigma, (bool, np.bool_, str, bytes)) or np.ndim(sigma) != 0:
-        raise ValueError(f"sigma must be a real number, got {sigma!r}")
+def noise_scale(x, name: str = "sigma") -> float:
+    """A noise scale of the granular mechanisms: a real scalar in [2**-960, 2**960] (its power-of-two grid is then a
+    normal float64), or a ValueError naming ``name``. Booleans and strings are refused."""
+    if isinstance(x, (bool, np.bool_, str, bytes)) or np.ndim(x) != 0:
+        raise ValueError(f"{name} must be a real number, got {x!r}")
     try:
-        s = float(sigma)
+        s = float(x)
     except (TypeError, ValueError):
-        raise ValueError(f"sigma must be a real number, got {sigma!r}") from None
+        raise ValueError(f"{name} must be a real number, got {x!r}") from None
     if not (math.isfinite(s) and MIN_SIGMA <= s <= MAX_SIGMA):
-        raise ValueError(f"sigma must be finite and in [2**-960, 2**960], got {sigma!r}")
+        raise ValueError(f"{name} must be finite and in [2**-960, 2**960], got {x!r}")
     return s
+
 
 
 def grid_index(value, g: float) -> np.ndarray:
@@ -116,7 +119,7 @@ def granular_gaussian(rng: np.random.Generator, value, sigma: float) -> np.ndarr
     """g·(rint(v/g) + Z), Z ~ N_Z(0, (σ/g)²) per coordinate, g = :func:`granularity`(σ), for an array ``value`` of
     any shape (one vectorised draw for all coordinates). Same shape as ``value``, float64, every entry an integer
     multiple of g. Guarantee: module docstring (ρ = 1/(2σ²) per unit², distance plus √m≠·g)."""
-    s_cont = _sigma(sigma)
+    s_cont = noise_scale(sigma)
     g = granularity(s_cont)
     k = grid_index(value, g)
     s = s_cont / g  # exact: a power-of-two scaling, in [2^GRID_BITS, 2^(GRID_BITS+1))
@@ -183,4 +186,4 @@ def grid_distance(sigma: float, coords: int = 2, lipschitz: float = 1.0) -> floa
     k = float(lipschitz)
     if not (math.isfinite(k) and k > 0):
         raise ValueError(f"lipschitz must be finite and > 0, got {lipschitz!r}")
-    return math.sqrt(int(coords)) * granularity(_sigma(sigma)) / k
+    return math.sqrt(int(coords)) * granularity(noise_scale(sigma)) / k

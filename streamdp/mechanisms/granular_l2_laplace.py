@@ -69,7 +69,7 @@ import math
 
 import numpy as np
 
-from streamdp.mechanisms.granular_gaussian import grid_index
+from streamdp.mechanisms.granular_gaussian import grid_index, noise_scale
 from streamdp.mechanisms.granular_laplace import GRID_BITS, granularity as _coarse_granularity
 from streamdp.noise import samplers
 from streamdp.noise.discrete import MAX_LATTICE_DIM
@@ -87,15 +87,7 @@ MAX_SCALE = 2.0**960
 
 
 def _scale(scale) -> float:
-    if isinstance(scale, (bool, np.bool_, str, bytes)) or np.ndim(scale) != 0:
-        raise ValueError(f"scale must be a real number, got {scale!r}")
-    try:
-        s = float(scale)
-    except (TypeError, ValueError):
-        raise ValueError(f"scale must be a real number, got {scale!r}") from None
-    if not (math.isfinite(s) and MIN_SCALE <= s <= MAX_SCALE):
-        raise ValueError(f"scale must be finite and in [2**-960, 2**960], got {scale!r}")
-    return s
+    return noise_scale(scale, "scale")
 
 
 def granularity(scale: float) -> float:
