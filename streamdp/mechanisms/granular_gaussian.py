@@ -80,7 +80,7 @@ from streamdp.mechanisms.granular_laplace import GRID_BITS, granularity
 from streamdp.noise import samplers
 
 __all__ = ["GRID_BITS", "MIN_SIGMA", "MAX_SIGMA", "granularity", "granularities", "grid_index",
-           "granular_gaussian", "granular_gaussian_rows", "grid_distance"]
+           "granular_gaussian", "granular_gaussian_rows", "grid_distance", "on_grid", "added_distance", "noise_scale"]
 
 #: σ range: g = 2^{⌊log2 σ⌋−30} then stays a normal float64 far from the overflow (and s = σ/g ∈ [2³⁰, 2³¹)).
 MIN_SIGMA = 2.0**-960
@@ -124,11 +124,7 @@ def granular_gaussian(rng: np.random.Generator, value, sigma: float) -> np.ndarr
     k = grid_index(value, g)
     s = s_cont / g  # exact: a power-of-two scaling, in [2^GRID_BITS, 2^(GRID_BITS+1))
     z = samplers.discrete_gaussian(rng, s, k.shape)  # int64, |z| ≪ 2⁵³: exact as float64
-    with np.errstate(over="ignore"):
-        out = (k + np.asarray(z, dtype=np.float64)) * g  # fl(k + z): the correctly rounded integer k + z
-    if not np.all(np.isfinite(out)):
-        raise ValueError("value is too large for float64 after the noise")
-    return out
+    return on_grid(k, z, g)
 
 
 def granularities(sigma) -> np.ndarray:
@@ -170,20 +166,33 @@ def granular_gaussian_rows(rng: np.random.Generator, values, sigma) -> np.ndarra
         raise ValueError("value is too large for its row's grid (|v/g| overflows float64)")
     k = np.rint(q)  # exact rounding of the exact quotient (module docstring, step 1)
     z = samplers.discrete_gaussian_array(rng, np.broadcast_to(s, v.shape))  # int64, |z| ≪ 2⁵³
-    with np.errstate(over="ignore"):
-        out = (k + np.asarray(z, dtype=np.float64)) * g  # fl(k + z): the correctly rounded integer k + z
-    if not np.all(np.isfinite(out)):
-        raise ValueError("value is too large for float64 after the noise")
-    return out
+    return on_grid(k, z, g)
 
 
 def grid_distance(sigma: float, coords: int = 2, lipschitz: float = 1.0) -> float:
     """a/K = √coords·g/K: the distance the grid adds to every non-zero distance in the CGP guarantee of
     ``granular_gaussian`` applied to a K-Lipschitz statistic with ``coords`` coordinates that can change (module
     docstring). In the unit of the statistic's input."""
+    return added_distance(granularity(noise_scale(sigma)), coords, lipschitz)
+
+
+def on_grid(k: np.ndarray, z, g) -> np.ndarray:
+    """The release g·(k + z) of the grid mechanisms: k the grid indices (float64 integers), z the integer noise.
+    fl(k + z) is the correctly rounded integer k + z and the power-of-two g scales it exactly (post-processing of
+    k + z, module docstring step 4). ValueError if it overflows float64."""
+    with np.errstate(over="ignore"):
+        out = (k + np.asarray(z, dtype=np.float64)) * g
+    if not np.all(np.isfinite(out)):
+        raise ValueError("value is too large for float64 after the noise")
+    return out
+
+
+def added_distance(g: float, coords: int, lipschitz: float) -> float:
+    """√coords·g/K: the distance a grid of step g adds to every non-zero distance in the guarantee of a grid
+    mechanism on a K-Lipschitz statistic with ``coords`` coordinates that can change."""
     if isinstance(coords, bool) or int(coords) != coords or int(coords) < 1:
         raise ValueError(f"coords must be a positive integer, got {coords!r}")
     k = float(lipschitz)
     if not (math.isfinite(k) and k > 0):
         raise ValueError(f"lipschitz must be finite and > 0, got {lipschitz!r}")
-    return math.sqrt(int(coords)) * granularity(noise_scale(sigma)) / k
+    return math.sqrt(int(coords)) * g / k

@@ -69,7 +69,7 @@ import math
 
 import numpy as np
 
-from streamdp.mechanisms.granular_gaussian import grid_index, noise_scale
+from streamdp.mechanisms.granular_gaussian import added_distance, grid_index, noise_scale, on_grid
 from streamdp.mechanisms.granular_laplace import GRID_BITS, granularity as _coarse_granularity
 from streamdp.noise import samplers
 from streamdp.noise.discrete import MAX_LATTICE_DIM
@@ -112,20 +112,11 @@ def granular_l2_laplace(rng: np.random.Generator, value, scale: float) -> np.nda
     k = grid_index(v, g)
     tau = s / g  # exact: a power-of-two scaling, in [2^L2_GRID_BITS, 2^(L2_GRID_BITS+1))
     z = samplers.lattice_l2_laplace(rng, d, tau, v.shape[:-1])  # int64, |z| ≪ 2⁵³
-    with np.errstate(over="ignore"):
-        out = (k + np.asarray(z, dtype=np.float64)) * g  # fl(k + z): the correctly rounded integer k + z
-    if not np.all(np.isfinite(out)):
-        raise ValueError("value is too large for float64 after the noise")
-    return out
+    return on_grid(k, z, g)
 
 
 def grid_distance(scale: float, coords: int = 2, lipschitz: float = 1.0) -> float:
     """a = √coords·g(s)/K: the distance the grid adds to every non-zero distance in the guarantee of
     :func:`granular_l2_laplace` with noise scale s on a K-Lipschitz statistic with ``coords`` coordinates that can
     change (module docstring). In the unit of the statistic's input (for the central PrivEMDLinear pass K = L/n)."""
-    if isinstance(coords, bool) or int(coords) != coords or int(coords) < 1:
-        raise ValueError(f"coords must be a positive integer, got {coords!r}")
-    k = float(lipschitz)
-    if not (math.isfinite(k) and k > 0):
-        raise ValueError(f"lipschitz must be finite and > 0, got {lipschitz!r}")
-    return math.sqrt(int(coords)) * granularity(_scale(scale)) / k
+    return added_distance(granularity(_scale(scale)), coords, lipschitz)
