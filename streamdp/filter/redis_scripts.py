@@ -119,7 +119,8 @@ end
 #:
 #: Replay digests (``streamdp.filter.store``): the digest key is a sorted set scored by seq holding, per seq, the
 #: member ``"<seq>:<digest>:<call>:<flag>"`` of the first admit call that carried a digest for it (``<call>``: that
-#: call's nonce, ARGV after the digest; the client draws one per batch and sends it with every chunk). Recording
+#: call's nonce, ARGV after the digest; the client draws one per attempt of a batch and sends it with every chunk,
+#: so that its retry after a lost reply is another call, not a later chunk of the recording one). Recording
 #: one forgets the seqs below ``seq - DIGEST_KEEP``. ``<flag>`` is ``T`` (tainted) when, at recording, a later seq
 #: was already recorded, or when a chunk of the recording call meets a user whose state is of a later seq (either
 #: outcome) or an admission at this seq — a reach-back replay whose first run left no digest (forgotten, or from

@@ -458,18 +458,25 @@ class RedisBudgetStore(BudgetStore):
             return out
         head = _bulks([f"x:{scope}".encode(), b"%d" % seq])
         dkey = _bulks([self._default_key.encode(), self._digest_key(scope).encode()])
-        tail = _bulks([(digest or "").encode(), os.urandom(8).hex().encode() if digest else b""])
-        calls, bounds = [], []
+        parts, bounds = [], []
         for lo in range(0, max(n, 1), self.chunk):
             hi = min(n, lo + self.chunk)
             args = _bulks(self._cost_args(costs[lo:hi]) if hi > lo else [b"0", b"1", b""])
             keys = frags[lo:hi]
             if isinstance(keys, np.ndarray):
                 keys = keys.tolist()
-            calls.append(_Call(2 + hi - lo, 2 + hi - lo + len(head) + len(args) + len(tail),
-                               b"".join(dkey + keys + head + args + tail)))
+            parts.append((2 + hi - lo, 2 + hi - lo + len(head) + len(args), b"".join(dkey + keys + head + args)))
             bounds.append((lo, hi))
-        res = self._call(lambda: self._eval_many("admit", calls))
+
+        def attempt() -> list:
+            # A fresh call nonce per ATTEMPT: a retry after a lost reply must not pass for a later chunk of the
+            # call that recorded the digest (that is judged as a new batch and charged again — review of
+            # 2026-11-23, F1); under a new nonce it is another call under the recorded digest and gets the
+            # first outcome for the users already answered, and is judged anew for chunks that never ran.
+            tail = b"".join(_bulks([(digest or "").encode(), os.urandom(8).hex().encode() if digest else b""]))
+            return self._eval_many("admit", [_Call(nk, na + 2, body + tail) for nk, na, body in parts])
+
+        res = self._call(attempt)
         for (lo, hi), r in zip(bounds, res):
             if not isinstance(r, bytes) or len(r) != hi - lo:
                 raise StoreError(f"admit script answered {r!r:.40} for {hi - lo} users")
