@@ -34,7 +34,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamdp.accounting.cost import COMPONENTS, LOSS_SCALE, SCALES, Cost, budget_vector, check_budget_range
+from streamdp.accounting.cost import COMPONENTS, INT64_MAX, LOSS_SCALE, SCALES, Cost, budget_vector, check_budget_range
 from streamdp.config.kinds import ConfigError, Param, build_query, shown, topic_chars_problem, topic_problem
 from streamdp.input.events import MAX_TS
 
@@ -265,7 +265,13 @@ def budget_warnings(budget: Cost, queries: list) -> list[str]:
         total = [a + int(b) for a, b in zip(total, cvec)]
         summed.append(f"query[{i}] {q.id!r}")
     # one admit per window charges the SUM of every query's cost (engine.close_window): queries that each fit can
-    # together exceed the budget (config review of 2026-11-23, F6)
+    # together exceed the budget (config review of 2026-11-23, F6), or the ledger's range (the engine then charges
+    # INT64_MAX, which no finite budget admits: refused here, at start, instead of halting everyone)
+    wide = [j for j in range(len(COMPONENTS)) if total[j] > INT64_MAX]
+    if wide:
+        raise ConfigError(f"together, the per-window worst cases of {', '.join(summed)} do not fit the fixed-point "
+                          f"ledger in {', '.join(COMPONENTS[j] for j in wide)} (their sum passes "
+                          f"{INT64_MAX / SCALES[wide[0]]:.6g} {COMPONENTS[wide[0]]}); lower the per-release costs")
     over = [j for j in range(len(COMPONENTS)) if total[j] > bvec[j] and j not in single_over]
     if over and len(summed) > 1:
         names = [COMPONENTS[j] for j in over]

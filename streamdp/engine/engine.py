@@ -32,7 +32,7 @@ import numpy as np
 import orjson
 
 from streamdp.arrays import put_rows, take_rows, unique_sorted
-from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, SCALES
+from streamdp.accounting.cost import COMPONENTS, INT64_MAX, N_COMPONENTS, SCALES
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
 from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
@@ -478,6 +478,13 @@ def _add_rows(total: np.ndarray, all_users: np.ndarray, users: np.ndarray, costs
     ``searchsorted`` positions computes, without its per-element dispatch when the positions are distinct (queries
     hand over sorted distinct users). ``subset``: ``users ⊆ all_users`` is known (then sorted distinct users as
     many as ``all_users`` ARE ``all_users`` and need no search)."""
+    if costs.size and total.size and int(total.max()) > INT64_MAX - int(costs.max()):
+        # the int64 sum could wrap (a cost vector near the ledger's range, several queries: a wrapped sum is a
+        # small charge that admits a user past their budget — review of 2026-11-23, F2): add saturating at
+        # INT64_MAX, which no finite budget admits. Costs are non-negative, so min(c, MAX - t) + t cannot wrap.
+        for p, c in zip(np.searchsorted(all_users, users).tolist(), costs):
+            total[p] += np.minimum(c, INT64_MAX - total[p])
+        return
     if subset and users.size == all_users.size and (users.size < 2 or bool((users[1:] > users[:-1]).all())):
         total += costs
         return
