@@ -228,6 +228,14 @@ class ThresholdCount(WindowQuery):
         self.split = _choice(split, "split", SPLITS)
         self.beta0 = _prob(beta0, "beta0")
         self._round_rho = split_rounds(np.array([self.rho]), self.rounds, self.split)  # Σ_j ≤ ρ (float)
+        # the integer count is on every round's grid only while g = granularity(σ_j) ≤ 1, i.e. σ_j < 2³¹: then a
+        # count step of 1 moves rint(count/g) by exactly 1/g and round j is ρ_j-zCDP with no additive term. A
+        # coarser grid would move the release by 0 or 2g (4ρ_j charged as ρ_j — review of 2026-11-23): refused.
+        sigma_max = float(1.0 / np.sqrt(2.0 * self._round_rho.min()))
+        if not sigma_max < 2.0 ** 31:
+            raise ValueError(f"rho, rounds, split: the smallest round budget ρ_j = {self._round_rho.min():.3g} gives "
+                             f"σ_j = {sigma_max:.3g} ≥ 2³¹, whose noise grid is coarser than the integer count; "
+                             "use fewer rounds, split = \"even\" or a larger rho")
         try:
             self._reserve = Cost.zcdp(self.rho).to_fixed()
         except OverflowError:
