@@ -29,8 +29,9 @@ noise scales, and (with ``publish_counts``) the published counts all depend on t
 *presence* in a cell (and how many values they have there) is NOT protected by this query kind — weaker than
 DESIGN §3's user-level guarantee for presence. Only the values are protected at ε per (cell, window).
 
-Determinism: a cell's samples are ordered by (user, event time, value) before estimation — the clipping
-estimators keep a user's first min(m_ℓ, m_UB) values, i.e. the earliest ones — and the cells are processed in the
+Determinism: a cell's samples are ordered by (user, event time, value), and samples tied in event time are then
+put in a uniformly random order (the engine's generator), before estimation — the clipping estimators keep a
+user's first min(m_ℓ, m_UB) values, i.e. the earliest ones, a random subset of a tied burst — and the cells are processed in the
 order of their keys ((ix, iy) numerically; item names lexicographically), so the noise drawn for a cell does not
 depend on the interning of item names. Users are ordered by their interned id (first-seen order), which breaks the
 ties of the BestFit/WrapAround sort (002 §III-A).
@@ -243,8 +244,14 @@ class GridMeans(WindowQuery):
         else:
             rank = np.empty(len(keys), dtype=np.int64)
             rank[np.argsort(np.array(keys, dtype=object), kind="stable")] = np.arange(len(keys))
-        # canonical sample order: cell key, user, event time, value
+        # canonical sample order: cell key, user, event time, then value — and samples tied in (cell, user, event
+        # time) (a burst uploaded with one timestamp) in a uniformly random order drawn from the canonical one:
+        # clipping keeps a user's first min(m_ℓ, m_UB) samples, and ordering ties by value kept each user's
+        # smallest values, biasing every clipping estimator down (review of 2026-11-23)
         order = np.lexsort((value, ts, user, rank[cell]))
+        u, c, t = user[order], rank[cell][order], ts[order]
+        if u.size > 1 and bool(((u[1:] == u[:-1]) & (c[1:] == c[:-1]) & (t[1:] == t[:-1])).any()):
+            order = order[np.lexsort((rng.random(u.size), t, u, c))]
         user, cell, value = user[order], cell[order], value[order]
         new = np.ones(user.size, dtype=bool)
         new[1:] = (cell[1:] != cell[:-1]) | (user[1:] != user[:-1])
