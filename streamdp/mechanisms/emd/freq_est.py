@@ -54,6 +54,8 @@ def _params(c, g, gamma, alpha0) -> tuple[int, int, float, float]:
     gamma = float(gamma)
     if not (0.0 < gamma <= 1.0):
         raise ValueError(f"gamma must lie in (0, 1], got {gamma!r}")
+    if int(g) == 1:
+        gamma = 1.0  # singleton clusters: no two items are γ apart, the metric is the discrete one and γ is unused
     alpha0 = float(alpha0)
     if not math.isfinite(alpha0) or alpha0 <= 0:
         raise ValueError(f"alpha0 must be finite and > 0, got {alpha0!r}")
