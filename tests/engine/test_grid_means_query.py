@@ -140,7 +140,8 @@ def test_min_users_suppresses_small_cells_and_nobody_pays_for_them():
     eps = 0.5
     per = rho_fixed(eps)
     q = grid_query(epsilon=eps, min_users=3)
-    e, store = engine([q], Cost.zcdp(3 * eps**2 / 2, 1.0))
+    # a user reserves every cell they have values in (h: 3 cells per window) and pays for the released ones
+    e, store = engine([q], Cost.zcdp(4 * eps**2 / 2, 1.0))
     payloads = [
         # window 1: cell 0,0 has 3 users (released); cell 5,5 has 1 user (suppressed, nobody pays)
         ev("a1", 1.0, 10.0, (0.5, 0.5)), ev("a2", 1.1, 20.0, (0.5, 0.5)), ev("h", 1.2, 30.0, (0.5, 0.5)),
@@ -155,7 +156,7 @@ def test_min_users_suppresses_small_cells_and_nobody_pays_for_them():
     assert list(w1.values["cells"]) == ["0,0"] and w1.meta == {"selected": 1, "suppressed": 3}
     assert int(store.get_user("lone").spent[0]) == 0
     assert w1.realized["zcdp"]["rho"] == per / LOSS_SCALE and w1.realized["users_charged"] == 3  # h: 1 cell, not 3
-    # window 2: h pays for 0,0 only (2·per ≤ 3·per in total: not halted), 0,0 is released with 3 users
+    # window 2: h reserves 3 cells (per + 3·per ≤ 4·per: admitted), pays for 0,0 only, released with 3 users
     assert list(w2.values["cells"]) == ["0,0"] and w2.values["cells"]["0,0"]["users"] == 3
     assert w2.meta == {"selected": 1, "suppressed": 2}
     assert int(store.get_user("h").spent[0]) == 2 * per and not store.get_user("h").halted

@@ -16,11 +16,13 @@ Laplace release, 001 Thm 3; 5ε²/32 for Levy and 9ε²/64 for the quantile esti
 exponential mechanism, 001 Thm 5, composed with the Laplace mean in zCDP), and zCDP composes additively, so a
 user with values in k released cells of a window pays k·ρ_cell (each cell's ρ_cell rounded up to the fixed-point
 grid separately). Users without values pay
-nothing. With the default ``min_users = 1`` the reservation equals the actual cost. With ``min_users > 1`` the
-reservation covers every cell with ≥ ``min_users`` users before admission; a cell that falls below ``min_users``
-because users were halted is not released and its users are settled down to what they actually paid. (With
-``min_users = 1`` a user's cost depends on their own data only; with ``min_users > 1`` it also depends on how many
-users share the cell — public under the model below.)
+nothing. A user reserves ρ_cell for every cell they have values in — a function of their own data only, so a
+user the filter refuses cannot change another user's admission (review of 2026-11-23: reserving only over cells
+with ≥ ``min_users`` users before admission let a refused user's data raise another user's reservation and halt
+them). With the default ``min_users = 1`` the reservation equals the actual cost. With ``min_users > 1`` the cells
+with fewer than ``min_users`` ADMITTED users are not released and their users are settled down to what they
+actually paid (the actual cost also depends on how many admitted users share the cell — public under the model
+below).
 
 Privacy model — INHERITED FROM 002 AND WEAKER THAN DESIGN.md §3: 002's guarantee is for *bounded* neighbours
 (the same users with the same numbers of samples; only values change). Per-cell user and sample counts are
@@ -115,7 +117,6 @@ class _Prepared:
     value: np.ndarray  # float64 (unclipped; GridValues clips)
     ts: np.ndarray  # float64
     table: np.ndarray  # grid: int64 (n_cells, 2) sorted rows (ix, iy); item: int64 item ids (sorted)
-    eligible: np.ndarray  # bool per cell: ≥ min_users users before admission (reserved)
 
 
 class GridMeans(WindowQuery):
@@ -208,16 +209,12 @@ class GridMeans(WindowQuery):
         rows, cell, table = usable
         user = w.user_ids[rows]
         pair_cell, pair_user = self._pairs(cell, user)
-        users_per_cell = np.bincount(pair_cell, minlength=len(table))
-        eligible = users_per_cell >= self.min_users  # a function of the (public, per 002) counts only
-        charged = pair_user[eligible[pair_cell]]
-        if charged.size == 0:
-            return Reservation.empty()
-        users, n_cells = np.unique(charged, return_counts=True)
+        # every cell the user has values in, whatever its count: which cells reach min_users is decided after
+        # admission, from admitted users only (a refused user's data must not raise anyone's reservation)
+        users, n_cells = np.unique(pair_user, return_counts=True)
         # 002 Thm II.3: ε²/2 per cell the user has values in (k cells → k·ε²/2), fixed point, rounded up per cell
         costs = n_cells.astype(np.int64)[:, None] * self.cell_cost_fixed[None, :]
-        prepared = _Prepared(user=user, cell=cell, value=w.value[rows], ts=w.ts[rows], table=table,
-                             eligible=eligible)
+        prepared = _Prepared(user=user, cell=cell, value=w.value[rows], ts=w.ts[rows], table=table)
         return Reservation(users=users, costs=costs, private=prepared)
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
@@ -230,7 +227,7 @@ class GridMeans(WindowQuery):
             return empty
         adm = admitted[p.user]  # halted users' data never reaches an estimator
         n_cells_with_data = int(np.unique(p.cell[adm]).size)  # cells holding admitted users' values
-        keep = adm & p.eligible[p.cell]
+        keep = adm
         charged_users = res.users[admitted[res.users]]
         if not keep.any():
             empty.users = charged_users
