@@ -246,6 +246,15 @@ class Names:
             return [lst[int(ids[0])]]
         return list(itemgetter(*ids.tolist())(lst))
 
+    def name_array(self, ids) -> np.ndarray:
+        """The names of ``ids`` as an object array: what a mechanism that breaks ties by item gets as its item ids.
+        An interned id is the order in which names first appeared in the stream — before admission, so it depends
+        on other users' data, refused users' included; a tie broken by id would publish that (review of
+        2026-11-23). Names are data-independent keys (every worker orders them alike)."""
+        out = np.empty(len(ids), dtype=object)
+        out[:] = self.names(ids)
+        return out
+
     def since(self, n: int) -> list[str]:
         """The names of ids ``n, n + 1, …`` (interned after the first ``n``)."""
         if len(self._list) != len(self.index):

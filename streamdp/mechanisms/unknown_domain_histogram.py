@@ -115,7 +115,7 @@ def _argsort_ids(ids: np.ndarray) -> np.ndarray:
 
 
 def canonical_order(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Permutation sorting by count descending, ties by id ascending."""
+    """Permutation sorting by count descending, ties by id ascending (the engine passes item names as ids: Names.name_array)."""
     by_id = _argsort_ids(ids)
     return by_id[np.argsort(-counts[by_id], kind="stable")]
 

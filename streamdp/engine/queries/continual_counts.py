@@ -80,7 +80,9 @@ class ContinualCounts(WindowQuery):
         names = items.names(sel[order])
         values = {
             "counts": dict(zip(names, counts[order].tolist())),
-            "new_items": items.names(np.asarray(rel.new_ids)),
+            # sorted: the tree's row order is the interned-id order of first contributions, which depends on
+            # other (even refused) users' data (review of 2026-11-23)
+            "new_items": sorted(items.names(np.asarray(rel.new_ids))),
             "threshold": self.threshold,
         }
         return QueryRelease(values=values, meta={"selected": int(sel.size), "new_selected": len(values["new_items"])})

@@ -53,8 +53,10 @@ class TopK(WindowQuery):
         if keys.size:
             keys = keys[admitted[keys >> np.int64(32)]]
         ids, counts = np.unique(keys & np.int64(0xFFFFFFFF), return_counts=True)
-        ranked = self.pwyg.release(rng, ids, counts, self.k, self.kbar)
-        names = [None if x is BOTTOM else items.names([x])[0] for x in ranked]
+        # items by NAME: Alg. 3's top-k̄ cut breaks ties among equal counts by item, and an interned id depends on
+        # other (even refused) users' data (Names.name_array)
+        ranked = self.pwyg.release(rng, items.name_array(ids), counts, self.k, self.kbar)
+        names = [None if x is BOTTOM else x for x in ranked]
         n = len(ranked)
         users = res.users[admitted[res.users]] if res.users.size else res.users
         # 001 Thm 10: settle to the n items actually returned (n·ε²/8, δ): pay what you get

@@ -92,8 +92,10 @@ class WindowHistogram(WindowQuery):
         if keys.size:
             keys = keys[admitted[keys >> _SHIFT]]
         ids, counts = np.unique(keys & np.int64(0xFFFFFFFF), return_counts=True)
-        out_ids, noisy = self.mech.release(rng, ids, counts)  # by decreasing noisy count, integers
-        names = items.names(np.asarray(out_ids, dtype=np.int64))
+        # items by NAME: Alg. 2's top-k̄ cut breaks ties among equal counts by item, and an interned id depends on
+        # other (even refused) users' data (Names.name_array)
+        out_names, noisy = self.mech.release(rng, items.name_array(ids), counts)  # by decreasing noisy count
+        names = list(out_names)
         values = {"counts": dict(zip(names, np.asarray(noisy).tolist())), "threshold": self.threshold}
         return QueryRelease(values=values, meta={"released": len(names)})
 
