@@ -3,7 +3,10 @@
 Pure core: the only outside object it talks to is a :class:`~streamdp.filter.store.BudgetStore` (in-memory in the
 embedded pipeline, Redis in the service), through the store contract.
 
-Window close, in order (each step's failure leaves the engine able to retry the same window):
+Window close, in order. A failure in any step leaves the window to be closed again from state taken before it:
+with ``store_retries`` the engine restores its own in-memory snapshot and retries; otherwise (and once the retries
+are spent) the engine refuses every later ingest and close (:class:`EngineFailed`) until it is restored from a
+snapshot — the Kafka worker restores its checkpoint — so a failed window is never skipped:
 
 1. every query :meth:`~streamdp.engine.query.WindowQuery.prepare`\\ s (side-effect free) and states each user's
    worst-case cost;
@@ -78,6 +81,11 @@ class ReleaseConflict(RuntimeError):
         self.key = key
         super().__init__(f"release log already holds a different release for {key}: restore the snapshot stored "
                          "with it instead of recomputing (fresh noise must never be published for the same quantity)")
+
+
+class EngineFailed(RuntimeError):
+    """A window close failed and the engine was not restored since: its windows were taken as due, so going on
+    would skip them (their releases lost, their events later judged late). Restore a snapshot first."""
 
 
 @dataclass
@@ -160,10 +168,17 @@ class ReleaseEngine:
         # release keys this engine logged during the current close_due (kept across its retries' restores): a
         # logged key outside it was released by another run (_refuse_released)
         self._logged_here: set[str] = set()
+        self._failed: str | None = None  # why the last close_due failed (EngineFailed until a restore)
+
+    def _check_not_failed(self) -> None:
+        if self._failed is not None:
+            raise EngineFailed(f"a window close failed ({self._failed}) and the engine was not restored since: "
+                               "restore a snapshot (the last checkpoint) before ingesting or closing more windows")
 
     # ---- ingest --------------------------------------------------------------------------------------------
     def ingest(self, batch: EventBatch, partition: int = 0, now: float | None = None) -> list[tuple[int, str]]:
         """Buffer a parsed batch into its windows. Returns (row, reason) for rows rejected here (late, …)."""
+        self._check_not_failed()
         n = len(batch)
         if n == 0:
             return []
@@ -239,7 +254,17 @@ class ReleaseEngine:
         """Close every due window. With ``config.store_retries > 0``, a :class:`StoreError` (Redis unreachable)
         restores the in-memory state taken before the first window — generator state included, so the retry
         draws the very same noise — waits with exponential backoff and closes the same windows again: admissions
-        replay without charging twice, logged releases are found identical, nothing uncharged is returned."""
+        replay without charging twice, logged releases are found identical, nothing uncharged is returned.
+        A failure that is not retried leaves the engine refusing further work until :meth:`restore` (EngineFailed):
+        the due windows were taken off the watermark, so closing on would skip them."""
+        self._check_not_failed()
+        try:
+            return self._close_due(now)
+        except BaseException as e:
+            self._failed = f"{type(e).__name__}: {e}"
+            raise
+
+    def _close_due(self, now: float | None) -> list[WindowSummary]:
         due = self.due_windows(now)
         if not due:
             return []
@@ -453,6 +478,7 @@ class ReleaseEngine:
         check_unchanged(st.get("parameters"), self.parameters)  # before anything is loaded
         names = (lambda b: orjson.loads(b)) if version == 1 else (lambda b: orjson.loads(bytes(b) + b"]"))
         self.windows = TumblingWindows.from_state(st["windows"])
+        self._failed = None  # restored to state taken before the failed close: its windows are due again
         self.users = Names.from_state(names(st["users"]))
         self.items = Names.from_state(names(st["items"]))
         self.epoch = st["epoch"]
