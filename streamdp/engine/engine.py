@@ -197,6 +197,7 @@ class ReleaseEngine:
             self.counters.dead(r)
             if r == "late":
                 self.counters.late += 1
+        self.windows.touch(partition, now)  # delivering, even if nothing is accepted: not idle
         if not ok.any():
             return rejected
         rows = np.flatnonzero(ok)

@@ -139,6 +139,12 @@ class TumblingWindows:
         return self._end(t - 1), self._end(t)
 
     # ---- watermark -----------------------------------------------------------------------------------------
+    def touch(self, partition: int = 0, now: float | None = None) -> None:
+        """The partition delivered events (accepted or not): it is not idle. A partition whose events are all
+        rejected — late ones after it was silent — used to stay idle, so windows kept closing past it and its whole
+        backlog became late (review of 2026-11-23)."""
+        self._last_seen[partition] = time.monotonic() if now is None else now
+
     def observe(self, max_ts: float, partition: int = 0, now: float | None = None) -> None:
         prev = self._max_ts.get(partition, -math.inf)
         if max_ts > prev:

@@ -168,6 +168,10 @@ class PartitionWatermarks:
             self.max_ts.setdefault(int(p), -math.inf)
             self._last_seen.setdefault(int(p), now)
 
+    def touch(self, partition: int, now: float | None = None) -> None:
+        """The partition delivered events, accepted or not: it is not idle (TumblingWindows.touch)."""
+        self._last_seen[int(partition)] = time.monotonic() if now is None else now
+
     def observe(self, partition: int, max_ts: float, now: float | None = None) -> None:
         p = int(partition)
         if max_ts > self.max_ts.get(p, -math.inf):
@@ -237,6 +241,7 @@ class CanonicalStage:
         rejected = [(int(i), str(reasons[i])) for i in np.flatnonzero(~ok)]
         for r in set(r for _, r in rejected):
             self._reject(r, sum(1 for _, x in rejected if x == r))
+        self.wm.touch(partition, now)  # delivering, even if nothing is accepted: not idle
         rows = np.flatnonzero(ok)
         if rows.size == 0:
             return rejected
