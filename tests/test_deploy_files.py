@@ -1,9 +1,12 @@
 """docker-compose.yml, the Dockerfile and the Kubernetes manifests in deploy/ parse and agree with the code: the
 topics they create are the ones the worker uses, their commands are valid ``streamdp`` command lines, the config
-they mount is a valid service configuration. (Docker and Kubernetes cannot run here; this keeps them honest.)"""
+they mount is a valid service configuration, and the metrics endpoint (private counts, OPERATIONS.md "Who may read
+what") is bound beyond loopback only where it is set explicitly and fenced by the NetworkPolicy. (Docker and
+Kubernetes cannot run here; this keeps them honest.)"""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shlex
@@ -90,6 +93,7 @@ def test_compose_topics_match_the_worker_config(compose):
     assert cfg.store.startswith("redis://redis:")
     run = build_parser().parse_args(compose["services"]["worker"]["command"])
     assert run.metrics_port == cfg.kafka["metrics_port"]
+    assert run.metrics_host == cfg.kafka["metrics_host"]
 
 
 def test_k8s_configmap_is_a_valid_config_equal_to_the_compose_one(k8s):
@@ -97,7 +101,8 @@ def test_k8s_configmap_is_a_valid_config_equal_to_the_compose_one(k8s):
     cfg = parse_config(tomllib.loads(cm["data"]["streamdp.toml"]))
     ref = load_config(os.path.join(DEPLOY, "streamdp.toml"))
     assert cfg.query_tables == ref.query_tables and cfg.service == ref.service and cfg.budget == ref.budget
-    for k in ("input_topic", "output_prefix", "dead_letter_topic", "group_id", "partitions", "metrics_port"):
+    for k in ("input_topic", "output_prefix", "dead_letter_topic", "group_id", "partitions", "metrics_port",
+              "metrics_host"):
         assert cfg.kafka[k] == ref.kafka[k], k
     job = k8s[("Job", "streamdp-topics")]
     script = "\n".join(job["spec"]["template"]["spec"]["containers"][0]["args"])
@@ -173,9 +178,139 @@ def test_k8s_staged_overlay(k8s):
     parser = build_parser()
     co, base = parser.parse_args(op["value"]), parser.parse_args(base_args)
     assert op["path"] == "/spec/template/spec/containers/0/args" and co.role == "coordinator"
-    assert (co.config, co.metrics_port) == (base.config, base.metrics_port)
+    assert (co.config, co.metrics_port, co.metrics_host) == (base.config, base.metrics_port, base.metrics_host)
     (dep,) = _yaml("deploy/staged/ingest-deployment.yaml")
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     ing = parser.parse_args(c["args"])
     assert ing.role == "ingest" and ing.config == base.config
     assert dep["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == "streamdp-config"
+
+
+# ---- the metrics endpoint: bound beyond loopback only explicitly, and fenced (privacy review 2026-11-23, F2) ---------
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _metrics_bind(args: list[str], raw_config: dict) -> tuple[int, str, bool]:
+    """(port, host, host set explicitly) of ``streamdp run ARGS`` with that configuration: the flags override the
+    config's ``[kafka]``, whose defaults apply last (as ``cli/service.py`` ``_serve_metrics`` does)."""
+    run = build_parser().parse_args(args)
+    cfg = parse_config(raw_config)
+    port = run.metrics_port if run.metrics_port is not None else cfg.kafka["metrics_port"]
+    explicit = run.metrics_host is not None or "metrics_host" in raw_config.get("kafka", {})
+    host = run.metrics_host if run.metrics_host is not None else cfg.kafka["metrics_host"]
+    return port, host, explicit
+
+
+def _k8s_metrics_containers(k8s) -> dict[str, tuple[dict, list[str], dict, dict]]:
+    """name → (pod labels, args, raw config, container) of every Kubernetes container that runs ``streamdp run``
+    (the base worker, the staged coordinator — the base worker with the patch's args — and the staged ingest
+    workers); the config is the ConfigMap's file the container mounts."""
+    cm = k8s[("ConfigMap", "streamdp-config")]
+    out = {}
+    dep = k8s[("Deployment", "streamdp-worker")]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    out["worker"] = (labels, c["args"], c)
+    (ops,) = _yaml(os.path.join("deploy", "staged", "coordinator-patch.yaml"))
+    out["staged coordinator"] = (labels, ops[0]["value"], c)
+    (ing,) = _yaml("deploy/staged/ingest-deployment.yaml")
+    (ic,) = ing["spec"]["template"]["spec"]["containers"]
+    out["staged ingest"] = (ing["spec"]["template"]["metadata"]["labels"], ic["args"], ic)
+    result = {}
+    for name, (labels, args, container) in out.items():
+        run = build_parser().parse_args(args)
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+        assert os.path.dirname(run.config) == mount["mountPath"], name
+        raw = tomllib.loads(cm["data"][os.path.basename(run.config)])
+        result[name] = (labels, args, raw, container)
+    return result
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    """A Kubernetes label selector (matchLabels and matchExpressions) matches these labels."""
+    if not all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        ok = {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
+              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+        if not ok:
+            return False
+    return True
+
+
+def test_every_deployment_that_serves_metrics_beyond_loopback_sets_metrics_host_explicitly(compose, k8s):
+    """The default bind is loopback (the metrics carry private counts). A compose service or pod that publishes or
+    declares the metrics port is scraped from outside its container: there the bind must be non-loopback (or the
+    scrape and the probes fail) and written out — in a flag or the mounted config — never left to a default."""
+    minimal = {"service": {"window_seconds": 60.0, "origin": 0.0},
+               "query": [{"id": "c", "kind": "continual_counts", "sigma": 1.0}]}
+    assert parse_config(minimal, log_warnings=False).kafka["metrics_host"] == "127.0.0.1"
+    checked = []
+    for name, svc in compose["services"].items():
+        cmd = svc.get("command")
+        if not (isinstance(cmd, list) and cmd[:1] == ["run"]):
+            continue
+        run = build_parser().parse_args(cmd)
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
+        with open(os.path.join(ROOT, mounts[run.config]), "rb") as f:
+            raw = tomllib.load(f)
+        port, host, explicit = _metrics_bind(cmd, raw)
+        if not port:
+            continue
+        published = any(str(p).split(":")[-1] == str(port) for p in svc.get("ports", []))
+        if published or not _loopback(host):
+            assert explicit and not _loopback(host), (name, host)
+            assert run.metrics_host == host, f"compose {name}: --metrics-host {host} on the command line"
+        checked.append(f"compose {name}")
+    for name, (_labels, args, raw, container) in _k8s_metrics_containers(k8s).items():
+        port, host, explicit = _metrics_bind(args, raw)
+        assert port, name
+        declared = any(p.get("containerPort") == port for p in container.get("ports", []))
+        if declared or not _loopback(host):
+            assert explicit and not _loopback(host), (name, host)
+        checked.append(f"k8s {name}")
+    assert {"compose worker", "compose coordinator", "compose ingest", "k8s worker", "k8s staged coordinator",
+            "k8s staged ingest"} <= set(checked)
+
+
+def test_networkpolicy_admits_only_monitoring_to_the_metrics_port(k8s):
+    """deploy/networkpolicy.yaml: the pods that serve the metrics accept ingress on the metrics port only, from
+    labelled monitoring pods only (the metrics carry private counts: OPERATIONS.md, "Who may read what")."""
+    spec = k8s[("NetworkPolicy", "streamdp-metrics")]["spec"]
+    assert "Ingress" in spec["policyTypes"]
+    containers = _k8s_metrics_containers(k8s)
+    # it selects every pod that serves metrics (the worker, and the staged topology's ingest workers) …
+    for name, (labels, args, raw, container) in containers.items():
+        assert _selects(spec["podSelector"], labels), name
+    # … and not the topic-init job
+    job = k8s[("Job", "streamdp-topics")]
+    assert not _selects(spec["podSelector"], job["metadata"]["labels"])
+    ports = set()
+    for name, (labels, args, raw, container) in containers.items():
+        port, _host, _explicit = _metrics_bind(args, raw)
+        ports.add(port)
+        named = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert named["metrics"] == port, name
+    (port,) = ports
+    assert port == k8s[("Service", "streamdp-metrics")]["spec"]["ports"][0]["port"]
+    rules = spec["ingress"]
+    assert rules, "an empty ingress list admits nothing (then Prometheus cannot scrape)"
+    for rule in rules:
+        # only the metrics port, only from selected monitoring pods: no rule without `from` or `ports` (= any)
+        assert rule.get("ports") and rule.get("from"), rule
+        for p in rule["ports"]:
+            assert p.get("protocol", "TCP") == "TCP" and p["port"] in (port, "metrics"), p
+        for peer in rule["from"]:
+            assert "ipBlock" not in peer, peer
+            sel = peer.get("podSelector") or {}
+            # a peer without a podSelector (or with an empty one) admits every pod of the selected namespaces
+            assert sel.get("matchLabels") or sel.get("matchExpressions"), f"every pod of a namespace: {peer}"
+            assert not _selects(sel, {}), peer

@@ -89,6 +89,6 @@ class WorkerMetrics:
                     if x:
                         self.max_cost.labels(query=rec.query, notion=notion, param=param).inc(float(x))
 
-    def serve(self, port: int, addr: str = "0.0.0.0"):
+    def serve(self, port: int, addr: str = "127.0.0.1"):
         """Start the HTTP endpoint (a daemon thread); returns (server, thread)."""
         return start_http_server(port, addr=addr, registry=self.registry)

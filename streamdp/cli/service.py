@@ -35,6 +35,10 @@ def register(sub) -> None:
     p.add_argument("--metrics-port", type=port_number,
                    help="Prometheus /metrics port 0–65535 (overrides kafka.metrics_port; 0 = off); a port in use "
                         "stops the worker at start (exit 2)")
+    p.add_argument("--metrics-host", type=nonempty, metavar="ADDRESS",
+                   help="address the /metrics endpoint binds (overrides kafka.metrics_host, default 127.0.0.1: the "
+                        "metrics carry private counts; 0.0.0.0 = every interface, for a scraper outside the host or "
+                        "pod); an address this host cannot bind stops the worker at start (exit 2)")
     p.add_argument("--checkpoint-seconds", type=positive_seconds, default=None,
                    help="checkpoint at least this often while consuming (default: kafka.checkpoint_seconds, 5)")
     p.add_argument("--checkpoint-batches", type=int, default=None,
@@ -173,29 +177,43 @@ def run_worker(args) -> int:
 
 
 def _serve_metrics(args, cfg):
-    """The worker's metrics, served on ``--metrics-port`` (else ``kafka.metrics_port``; 0 = off). A port that cannot
-    be bound (in use — a second worker on this host with the deployment's ``metrics_port`` —, or privileged) stops
-    the start with one line naming the port and where it came from (exit 2): a worker running without the metrics
-    its alerts watch would look healthy to nobody."""
+    """The worker's metrics, served on ``--metrics-port`` (else ``kafka.metrics_port``; 0 = off) at
+    ``--metrics-host`` (else ``kafka.metrics_host``, default 127.0.0.1: the metrics carry private counts — users
+    charged, admitted and halted per window, the max individual cost — so only the operator's scraper may reach
+    them). A port or address that cannot be bound (in use — a second worker on this host with the deployment's
+    ``metrics_port`` —, privileged, not an address of this host) stops the start with one line naming the value and
+    where it came from (exit 2): a worker running without the metrics its alerts watch would look healthy to
+    nobody."""
     import errno
+    import socket
 
     from streamdp.adapters.metrics import WorkerMetrics
     from streamdp.cli.main import CLIError
+    from streamdp.config.kinds import shown
 
     metrics = WorkerMetrics()
     from_flag = args.metrics_port is not None
     port = args.metrics_port if from_flag else cfg.kafka["metrics_port"]
+    host_from_flag = getattr(args, "metrics_host", None) is not None
+    host = args.metrics_host if host_from_flag else cfg.kafka["metrics_host"]
     if port:
         try:
-            metrics.serve(port)
-        except (OSError, OverflowError) as e:
+            metrics.serve(port, addr=host)
+        except (OSError, OverflowError, ValueError) as e:  # ValueError: UnicodeError (IDNA), a NUL in the name
             where = "--metrics-port" if from_flag else "kafka.metrics_port"
+            host_where = "--metrics-host" if host_from_flag else "kafka.metrics_host"
             if isinstance(e, OSError) and e.errno == errno.EADDRINUSE:
                 raise CLIError(f"metrics port {port} ({where}) is in use by another process (a second worker on "
                                "this host?): give this worker another port with --metrics-port PORT (0 = off)"
                                ) from None
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise CLIError(f"cannot serve metrics on port {port} ({where}): {why}") from None
+            if isinstance(e, (socket.gaierror, ValueError)) or (
+                    isinstance(e, OSError) and e.errno == errno.EADDRNOTAVAIL):
+                raise CLIError(f"cannot serve metrics on address {shown(host)} ({host_where}): {why}; give an address "
+                               "of this host with --metrics-host ADDRESS (127.0.0.1, the default, or 0.0.0.0 for "
+                               "every interface)") from None
+            raise CLIError(f"cannot serve metrics on port {port} ({where}) at address {shown(host)} ({host_where}): "
+                           f"{why}") from None
     return metrics
 
 

@@ -109,6 +109,10 @@ KAFKA_PARAMS = (
     Param("lean_fetch", "bool", "read fetched records as runs per record batch, not aiokafka ConsumerRecords "
           "(faster; falls back by itself where it cannot install)", default=True),
     Param("metrics_port", "int", "Prometheus metrics port (0 = off)", default=0, min=0, max=65535),
+    # loopback by default: the metrics carry private counts (users charged/admitted/halted, the max individual
+    # cost), so the endpoint is for the operator's scraper only (deploy/OPERATIONS.md, "Who may read what")
+    Param("metrics_host", "str", "address the Prometheus metrics endpoint binds (127.0.0.1: this host only; "
+          "0.0.0.0: every interface, for a scraper outside the host or pod)", default="127.0.0.1"),
     Param("checkpoint_seconds", "float", "checkpoint at least this often (seconds) even without window closes",
           default=5.0, gt=0),
     Param("checkpoint_batches", "int", "checkpoint at least every N consumed batches", default=100, min=1),
@@ -179,6 +183,9 @@ def parse_config(raw: dict, *, log_warnings: bool = True) -> ServiceConfig:
     service = _section(raw, "service", SERVICE_PARAMS)
     budget = _section(raw, "budget", BUDGET_PARAMS)
     kafka = _section(raw, "kafka", KAFKA_PARAMS)
+    if not kafka["metrics_host"].strip():
+        raise ConfigError("kafka.metrics_host: must not be empty (the address the metrics endpoint binds: "
+                          "127.0.0.1, the default, or 0.0.0.0 for every interface)")
     queries = raw.get("query", [])
     if not isinstance(queries, list) or not all(isinstance(q, dict) for q in queries):
         raise ConfigError("query: must be an array of tables ([[query]])")
