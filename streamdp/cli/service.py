@@ -44,7 +44,9 @@ def register(sub) -> None:
     p.add_argument("--checkpoint-batches", type=int, default=None,
                    help="…and at least every N batches (default: kafka.checkpoint_batches, 100)")
     p.add_argument("--drain-idle", type=nonneg_seconds, default=None, metavar="SECONDS",
-                   help="bounded input: after SECONDS without events close every window, publish and exit")
+                   help="bounded input: after SECONDS without events, with the input read to its end, close "
+                        "every window, publish and exit (coordinator: once stage A has marked every input "
+                        "partition's end; ingest: stop once its partitions are read to the end and marked)")
     p.add_argument("--standalone", action="store_true", default=None,
                    help="own every input partition without consumer-group coordination: exactly ONE worker per "
                         "input topic and group (restarts do not wait for the group's session timeout)")

