@@ -14,11 +14,19 @@ the suffix itself) so that the tables' layout does not depend on the interpreter
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from streamdp.engine import query as query_mod
 from streamdp.engine.query import Names
 
 _MERGE_AT = 1 << 14  # the module's merge threshold of the recent table (documented in Names._sync)
+
+
+@pytest.fixture(autouse=True)
+def _accelerator_from_small_sizes(monkeypatch):
+    """The service asks the accelerator only past ``_ACCEL_MIN_INTERNED`` interned names (below, the dict is
+    faster); these tests exercise its tables at the sizes where they merge, so it answers from 256 names on."""
+    monkeypatch.setattr(query_mod, "_ACCEL_MIN_INTERNED", query_mod._VECTOR_MIN)
 
 
 def _spread_hash(s: str) -> int:
