@@ -9,7 +9,8 @@ keyed by user) into a topic of P partitions, then measures on that topic:
    of the step that consumed the last one (its due windows closed, checkpointed and published), and the
    window-close latency from the batch whose watermark passed the window end to its records acknowledged as
    published;
-3. the embedded pipeline on the same payloads (no broker, in-memory store) for reference;
+3. in each round, the embedded pipeline on the same payloads (no broker, in-memory store) and ``parse_batch`` alone:
+   the ceiling of any one-process worker, as ratios to the raw rate of the same round;
 4. optionally (``--faust``) a faust-streaming agent with ``stream.take`` on the same topic (consumption only);
 5. optionally (``--staged``) DESIGN §4's staged topology: one stage A ingest worker forwards the topic to a fresh
    internal topic (its rate: events/s from its first fetched record to the last acknowledged forward), then the
@@ -290,6 +291,15 @@ def embedded_rate(cfg, payloads: list[bytes], batch: int) -> float:
     return len(payloads) / (time.perf_counter() - t0)
 
 
+def parse_rate(payloads: list[bytes], batch: int) -> float:
+    from streamdp.input.events import parse_batch
+
+    t0 = time.perf_counter()
+    for i in range(0, len(payloads), batch):
+        parse_batch(payloads[i:i + batch])
+    return len(payloads) / (time.perf_counter() - t0)
+
+
 FAUST_SCRIPT = r'''
 import asyncio, sys, time, json, logging
 import faust
@@ -416,12 +426,18 @@ def main() -> None:
                       f"{co['eps_steady']:,.0f} events/s (ratio to raw {co['eps_steady'] / raw_steady:.2f}); "
                       f"coordinator CPU s (python, tansu, redis) {'/'.join(f'{x:.2f}' for x in w['coord_cpu'])}",
                       flush=True)
+            # the ceiling of any one-process worker on this machine, in the same round: the embedded pipeline on
+            # the same payloads (parse → engine → releases, in-memory store, no broker, no checkpoint), and the
+            # parse alone — what a worker does besides fetching, checkpointing and publishing
+            quiet_gc()
+            w["emb_eps"] = embedded_rate(cfg, payloads, args.batch)
+            quiet_gc()
+            w["parse_eps"] = parse_rate(payloads, args.batch)
             runs.append((raw_steady, raw_total, w, [b - a for a, b in zip(c0, c1)]))
             print(f"run {i + 1}: raw {raw_steady:,.0f} events/s, worker {w['eps_steady']:,.0f} events/s, "
                   f"ratio {w['eps_steady'] / raw_steady:.2f}, load {os.getloadavg()[0]:.2f}; CPU s "
                   f"(python, tansu, redis): raw run {'/'.join(f'{x:.2f}' for x in runs[-1][3])}, worker run "
                   f"{'/'.join(f'{x:.2f}' for x in w['cpu'])} in {w['wall']:.2f} s wall", flush=True)
-        emb = embedded_rate(cfg, payloads, args.batch)
         fa = faust_rate(bootstrap, topic, n, args.batch, args.partitions, args.faust_timeout) if args.faust else None
     finally:
         stop_servers(h)
@@ -444,7 +460,11 @@ def main() -> None:
         ("one streamdp worker incl. start (topics, claim, seek), events/s", f"{w['eps_total']:,.0f}"),
         ("ratio worker / raw aiokafka, median (target ≥ 0.6)", f"{med(ratios):.2f}"),
         ("ratio worker / raw aiokafka, min … max", f"{ratios[0]:.2f} … {ratios[-1]:.2f}"),
-        ("embedded pipeline (no broker, memory store), events/s", f"{emb:,.0f}"),
+        ("embedded pipeline (no broker, memory store), events/s, median", f"{med(r[2]['emb_eps'] for r in runs):,.0f}"),
+        ("ceiling: ratio embedded pipeline / raw aiokafka, median",
+         f"{med(r[2]['emb_eps'] / r[0] for r in runs):.2f}"),
+        ("parse_batch alone (5000-event batches), events/s, median", f"{med(r[2]['parse_eps'] for r in runs):,.0f}"),
+        ("ratio parse_batch alone / raw aiokafka, median", f"{med(r[2]['parse_eps'] / r[0] for r in runs):.2f}"),
         ("windows closed / releases (median run)", f"{w['windows']} / {w['releases']}"),
         ("window close → published, median s", f"{statistics.median(lat):.3f}"),
         ("window close → published, max s", f"{max(lat):.3f}"),
