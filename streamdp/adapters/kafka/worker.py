@@ -387,7 +387,8 @@ class KafkaWorker:
                         and queue.empty() and self._carry is None
                         and not (self.align is not None and self.align.paused)  # paused input is not the end
                         and time.monotonic() - self._last_input >= o.drain_idle
-                        and await self._input_at_end() and self._stage_a_at_end()):
+                        and await self._input_at_end()
+                        and self._stage_a_at_end()):  # coordinator: stage A marked every partition's end
                     async with self.lock:
                         drained = self.engine is None or await self._safe(self._drain)
                     if not drained:  # the checkpoint was restored: read the input again from its offsets
