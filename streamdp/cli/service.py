@@ -45,8 +45,8 @@ def register(sub) -> None:
                    help="…and at least every N batches (default: kafka.checkpoint_batches, 100)")
     p.add_argument("--drain-idle", type=nonneg_seconds, default=None, metavar="SECONDS",
                    help="bounded input: after SECONDS without events, with the input read to its end, close "
-                        "every window, publish and exit (coordinator: once stage A has marked every input "
-                        "partition's end; ingest: stop once its partitions are read to the end and marked)")
+                        "every window, publish and exit (coordinator: once the input topic holds nothing stage A "
+                        "has not forwarded; ingest: stop once its partitions are read to the end)")
     p.add_argument("--standalone", action="store_true", default=None,
                    help="own every input partition without consumer-group coordination: exactly ONE worker per "
                         "input topic and group (restarts do not wait for the group's session timeout)")

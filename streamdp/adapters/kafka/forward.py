@@ -39,17 +39,6 @@ the ingest group ``<group_id>.ingest`` on the input topic to at most the coordin
 re-sends them as version 2 (the coordinator skips what it already has). A coordinator of version 1 rejects
 version-2 records as undecodable, so neither order of upgrade accepts a record unattributed.
 
-**End of input** (DESIGN §4's markers between stages; worker review of 2026-11-23): the coordinator's ``--drain-idle``
-closes every window and exits, and it must not do so while stage A still has events to forward — it cannot tell
-an idle internal topic from a stage A that is down, rebalancing or behind. So stage A says where each input
-partition ended: an ingest worker whose partition has been read up to the high watermark of its last fetch, with
-nothing new for ``end_marker_seconds``, sends ONE marker for that position — an event-less record vouching for
-``[next, position − 1]`` (offsets that hold no record, e.g. transaction markers; usually empty) with ``end`` set —
-and sends none again until the position moves. The coordinator notes, per input partition, the position the
-latest marker names, and drains only when every input partition has one equal to its own next input offset
-(events past a marker make it stale until the next one). Markers move nothing else, and a coordinator that
-predates them reads one as an empty record (a key it ignores).
-
 Layout (little-endian): ``b"SDPF"``, u32 header length, the header (JSON: version, the stream's ``group`` and
 ``topic``, partition, lo, hi, counts, the user and item name dictionaries), then the arrays ``offsets`` i64[n],
 ``ts`` f64[n], ``value`` f64[n], ``loc`` f64[n×2], ``item_offsets`` i64[n+1], ``user_codes`` i32[n],
@@ -118,9 +107,6 @@ class ForwardRecord:
     batch: EventBatch  # the parsed events; ``source_rows`` = 0..n−1 (index ``payloads``)
     # the deployment whose stage A wrote it (required to encode; ``None`` only for a decoded version-1 record)
     stream: Stream | None = None
-    # an end-of-input marker (no events): stage A had read the partition up to ``hi + 1`` — the high watermark
-    # its last fetch reported — and nothing more came for a while (see "End of input" in the module doc)
-    end: bool = False
 
     @property
     def next_offset(self) -> int:
@@ -146,13 +132,9 @@ def encode(rec: ForwardRecord) -> bytes:
         raise ValueError("a forward record must name its stream (group id, input topic)")
     udict, ucodes = _codes(b.users, b.user_codes, b.user_dict)
     idict, icodes = _codes(b.items, b.item_codes, b.item_dict)
-    if rec.end and n:
-        raise ValueError("an end-of-input marker carries no events")
-    h = {"v": VERSION, "group": rec.stream[0], "topic": rec.stream[1], "partition": int(rec.partition),
-         "lo": int(rec.lo), "hi": int(rec.hi), "n": n, "m": int(icodes.size), "users": udict, "items": idict}
-    if rec.end:
-        h["end"] = True  # a key of its own: a coordinator that predates markers reads an empty record
-    head = orjson.dumps(h)
+    head = orjson.dumps({"v": VERSION, "group": rec.stream[0], "topic": rec.stream[1],
+                         "partition": int(rec.partition), "lo": int(rec.lo), "hi": int(rec.hi),
+                         "n": n, "m": int(icodes.size), "users": udict, "items": idict})
     ends = np.cumsum(np.fromiter((len(p) for p in rec.payloads), dtype=np.int64, count=n))
     parts = [_HEAD.pack(MAGIC, len(head)), head,
              np.ascontiguousarray(rec.offsets, dtype="<i8").tobytes(),
@@ -205,10 +187,7 @@ def decode(data: bytes) -> ForwardRecord:
                            source_rows=np.arange(n, dtype=np.int64))
         batch.user_dict, batch.user_codes = udict, ucodes.astype(np.int64)
         batch.item_dict, batch.item_codes = idict, icodes.astype(np.int64)
-        end = h.get("end", False)
-        if end is not False and (end is not True or n):
-            raise ForwardError("forward record: a malformed end-of-input marker")
-        return ForwardRecord(int(h["partition"]), int(h["lo"]), int(h["hi"]), offsets, payloads, batch, stream, end)
+        return ForwardRecord(int(h["partition"]), int(h["lo"]), int(h["hi"]), offsets, payloads, batch, stream)
     except ForwardError:
         raise
     except (struct.error, ValueError, KeyError, TypeError, IndexError, orjson.JSONDecodeError) as e:

@@ -11,11 +11,12 @@ Any number of ingest workers share the input topic's partitions in the consumer 
    partition with the input partition's number, keyed ``<partition>/<lo>``, naming this deployment's stream
    (``group_id``, input topic: :class:`~streamdp.adapters.kafka.forward.Stream`) so that a coordinator of another
    deployment sharing the internal topic refuses it;
-4. wait for the broker's acknowledgements, then commit the input offsets;
-5. once a partition has been read up to the high watermark of its last fetch and nothing new came for
-   ``end_marker_seconds``, send ONE end-of-input marker for that position (forward.py, "End of input"; none again
-   until the position moves). With ``--drain-idle`` the worker stops only at the end of its input (every assigned
-   partition read up to its high watermark), after its markers were acknowledged.
+4. wait for the broker's acknowledgements, then commit the input offsets.
+
+With ``--drain-idle`` an ingest worker stops once its input has been idle that long AND every assigned partition
+has answered a fetch and is read up to the high watermark that answer carried (idleness alone may be a partition
+whose first fetch is still on its way). The coordinator's own drain does not rely on stage A stopping: it checks
+the input topic itself (``KafkaWorker._unforwarded``).
 
 Stage A holds no privacy state and touches no budget: it is at-least-once, and the coordinator
 (``--role coordinator``, :class:`~streamdp.adapters.kafka.worker.KafkaWorker`) makes it exactly-once by input
@@ -40,7 +41,6 @@ from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, split_runs
 from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, check_internal_topic, start_retrying, stop_clients,
                                             stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
-from streamdp.input.events import EventBatch
 
 log = logging.getLogger("streamdp.kafka")
 
@@ -55,7 +55,6 @@ class IngestWorker:
         self.group = f"{opts.group_id}.ingest"
         self.stream = Stream(opts.group_id, opts.input_topic)  # named in every forward record (forward.py)
         self.next: dict[int, int] = {}  # input partition → the position after the last forwarded run
-        self.marked: dict[int, int] = {}  # input partition → the position its last end-of-input marker named
         self.generation = 0
         self.faults = FaultInjector.from_env()
         self.stopping = asyncio.Event()
@@ -98,12 +97,10 @@ class IngestWorker:
             async def on_partitions_revoked(self, revoked) -> None:
                 worker.generation += 1
                 worker.next.clear()
-                worker.marked.clear()
 
             async def on_partitions_assigned(self, assigned) -> None:
                 worker.generation += 1
                 worker.next.clear()
-                worker.marked.clear()
                 log.info("ingest: partitions assigned", extra={"worker": worker.worker_id,
                                                                "partitions": sorted(tp.partition for tp in assigned)})
 
@@ -143,18 +140,10 @@ class IngestWorker:
                 continue
             gen = self.generation  # no await since getmany returned
             if not any(batch.values()):
-                idle = time.monotonic() - self._last_input
-                try:
-                    if idle >= o.end_marker_seconds:
-                        await self.mark_ends(gen)
-                    if o.drain_idle is not None and idle >= o.drain_idle and await self._at_end():
-                        await self.mark_ends(gen)  # an end reached since the first call (the markers precede exit)
-                        if gen == self.generation and await self._at_end():
-                            log.info("input idle and at its end: stopping", extra={"idle_seconds": o.drain_idle})
-                            break
-                except KafkaError as e:  # nothing marked: sent again at the next idle poll
-                    log.warning("end-of-input marker failed; retrying", extra={"error": str(e)})
-                    self.marked.clear()
+                if (o.drain_idle is not None and time.monotonic() - self._last_input >= o.drain_idle
+                        and await self._at_end()):
+                    log.info("input idle and read to its end: stopping", extra={"idle_seconds": o.drain_idle})
+                    break
                 continue
             self._last_input = time.monotonic()
             for chunk in split_runs(batch, o.batch_max_records):  # lean runs: max_records counted runs
@@ -218,48 +207,6 @@ class IngestWorker:
                 return False
         return True
 
-    async def mark_ends(self, gen: int) -> None:
-        """Step 5 of the module doc: an end-of-input marker for each assigned partition read up to its high
-        watermark whose position no marker has named yet. The marker vouches for ``[next, position − 1]``, the
-        offsets after the last forwarded run (from the committed offset when none was forwarded since the
-        assignment, as a run's ``lo`` is): records there were fetched and forwarded, so that range holds no record
-        (usually it is empty; transaction markers can fill it). Acknowledged, then committed."""
-        from aiokafka.errors import CommitFailedError, KafkaError
-        from aiokafka.structs import OffsetAndMetadata
-
-        o = self.opts
-        futs, done = [], {}
-        for tp in sorted(self.consumer.assignment(), key=lambda t: t.partition):
-            p = tp.partition
-            hw = self.consumer.highwater(tp)
-            pos = await self.consumer.position(tp)
-            if gen != self.generation:
-                return  # rebalanced or rewound meanwhile: positions are another generation's
-            if hw is None or pos < hw or self.marked.get(p) == pos:
-                continue
-            lo = self.next.get(p)
-            if lo is None:
-                lo = await self._committed(tp)
-                if gen != self.generation:
-                    return
-            lo = min(lo, pos)
-            rec = ForwardRecord(p, lo, pos - 1, np.zeros(0, dtype=np.int64), [], EventBatch(), self.stream, end=True)
-            futs.append(await self.producer.send(o.internal_topic, value=encode(rec), key=f"{p}/{lo}".encode(),
-                                                 partition=p))
-            done[tp] = pos
-        if not futs:
-            return
-        await asyncio.gather(*futs)
-        for tp, pos in done.items():
-            self.marked[tp.partition] = self.next[tp.partition] = pos
-        self.metrics.forwarded.inc(len(done))
-        log.info("end-of-input markers sent", extra={"worker": self.worker_id,
-                                                     "positions": {tp.partition: pos for tp, pos in done.items()}})
-        try:
-            await self.consumer.commit({tp: OffsetAndMetadata(pos, "") for tp, pos in done.items()})
-        except (CommitFailedError, KafkaError) as e:  # a rebalance took them: the new owner marks its own
-            log.info("ingest commit refused (rebalance)", extra={"error": str(e)})
-
     async def _committed(self, tp) -> int:
         off = await self.consumer.committed(tp)
         if off is None or off < 0:
@@ -271,7 +218,6 @@ class IngestWorker:
 
         self.generation += 1
         self.next.clear()
-        self.marked.clear()
         self._last_input = time.monotonic()  # the runs are read again from here: restart the drain-idle clock
         for p in sorted(tp.partition for tp in self.consumer.assignment()):
             tp = TopicPartition(self.opts.input_topic, p)

@@ -104,9 +104,6 @@ class WorkerOptions:
     checkpoint_seconds: float = 5.0  # periodic checkpoint even without window closes
     checkpoint_batches: int = 100
     drain_idle: float | None = None  # exit after this long without input, closing every window (bounded inputs)
-    # stage A (role ingest): a partition read up to its high watermark with no new input for this long gets ONE
-    # end-of-input marker (forward.py), which the coordinator's --drain-idle waits for
-    end_marker_seconds: float = 1.0
     session_timeout_ms: int = 10000
     heartbeat_interval_ms: int = 1000
     max_request_bytes: int = 16 * 1024 * 1024  # releases of many items can be large
@@ -158,7 +155,6 @@ class FetchedPartition:
     next: int | None = None
     src: tuple[int, int] | None = None
     stream: Stream | None = None  # a forward record: the deployment whose stage A wrote it (None: version 1)
-    end: bool = False  # a forward record that is stage A's end-of-input marker (forward.py, "End of input")
 
 
 @dataclass
@@ -226,7 +222,7 @@ def decode_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
                 out.append(FetchedPartition(-1, np.zeros(0, dtype=np.int64), [], EventBatch(), src=src))
                 continue
             out.append(FetchedPartition(r.partition, r.offsets, r.payloads, r.batch, lo=r.lo, next=r.next_offset,
-                                        src=src, stream=r.stream, end=r.end))
+                                        src=src, stream=r.stream))
     return out
 
 
@@ -267,10 +263,8 @@ class KafkaWorker:
         self.src_offsets: dict[int, int] = {}  # coordinator: internal partition → next offset
         self.owned: set[int] = set()  # partitions of the consumed topic held by this worker
         self.input_partitions: set[int] = set()  # coordinator: every input partition (they hold the watermark)
-        # coordinator: input partition → the position stage A's latest end-of-input marker named (checkpointed);
-        # the input is at its end where this equals ``offsets`` (forward.py, "End of input")
-        self.ended: dict[int, int] = {}
-        self._waiting_logged = False  # the drain's "waiting for stage A" said once per idle spell
+        self._next_probe = 0.0  # coordinator drain: when the input topic may be probed again (_unforwarded)
+        self._waiting_logged = False  # … and "waiting for stage A" said once per idle spell
         self.generation = 0  # bumped at every (re)assignment and seek: fetched batches of older ones are dropped
         self.lock = asyncio.Lock()
         self.stopping = asyncio.Event()
@@ -388,7 +382,7 @@ class KafkaWorker:
                         and not (self.align is not None and self.align.paused)  # paused input is not the end
                         and time.monotonic() - self._last_input >= o.drain_idle
                         and await self._input_at_end()
-                        and self._stage_a_at_end()):  # coordinator: stage A marked every partition's end
+                        and await self._stage_a_done()):
                     async with self.lock:
                         drained = self.engine is None or await self._safe(self._drain)
                     if not drained:  # the checkpoint was restored: read the input again from its offsets
@@ -412,23 +406,75 @@ class KafkaWorker:
                 return False
         return True
 
-    def _stage_a_at_end(self) -> bool:
-        """The coordinator's drain needs more than its own input at its end: stage A must have said, for every input
-        partition, that it had forwarded everything up to the position the coordinator has reached (an end-of-input
-        marker naming that position, forward.py). An idle internal topic alone may be a stage A that is down,
-        rebalancing or behind: draining then would close windows without its events, which every later run
-        dead-letters as late (worker review of 2026-11-23, finding 2). Role ``all``: always True."""
+    async def _stage_a_done(self) -> bool:
+        """The coordinator's drain needs more than its own topic read to its end: an idle internal topic may be a
+        stage A that is down, frozen, rebalancing or behind, and draining then closes windows without its events
+        (every later run dead-letters them as late; worker review of 2026-11-23, finding 2). So it looks at the
+        input topic itself (:meth:`_unforwarded`) and drains only when no input partition holds a record at or past
+        the coordinator's next input offset. Probed at most once per ``drain_idle`` (at least 1 s). Role ``all``:
+        True."""
         if not self.coordinator:
             return True
-        missing = sorted(p for p in self.input_partitions
-                         if p not in self.ended or self.ended[p] != self.offsets.get(p))
-        if not missing:
+        now = time.monotonic()
+        if now < self._next_probe:
+            return False
+        self._next_probe = now + max(1.0, float(self.opts.drain_idle or 0.0))
+        from aiokafka.errors import KafkaError
+
+        try:
+            pending = await self._unforwarded()
+        except (KafkaError, OSError, asyncio.TimeoutError) as e:
+            log.warning("input topic probe failed; not drained", extra={"error": str(e)})
+            return False
+        if pending == []:
             return True
         if not self._waiting_logged:
             self._waiting_logged = True
-            log.info("input idle, not drained: waiting for stage A's end-of-input markers (ingest workers running, "
-                     "caught up and idle for end_marker_seconds)", extra={"partitions": missing})
+            log.info("input idle, not drained: the input topic holds records stage A has not forwarded yet (ingest "
+                     "workers down, rebalancing or behind); waiting for stage A",
+                     extra={"partitions": pending if pending is not None else "no answer"})
         return False
+
+    async def _unforwarded(self, timeout: float = 10.0) -> list[int] | None:
+        """Input partitions that hold a record at or past the coordinator's next input offset (the beginning of the
+        partition where it has none), read by a throw-away consumer of the input topic (no group, nothing
+        committed); ``None`` when some partition did not answer within ``timeout`` s. A partition is done once a
+        fetch from that offset has answered and the probe's position has reached the high watermark of that answer
+        with no record: offsets without records (transaction markers, compacted away) are passed over, and the
+        high watermark comes from fetch responses (tansu's ``end_offsets`` are wrong after batched produce)."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        tps = {p: TopicPartition(self.opts.input_topic, p) for p in sorted(self.input_partitions)}
+        probe = AIOKafkaConsumer(**self.client_kw, group_id=None, enable_auto_commit=False,
+                                 auto_offset_reset="earliest", fetch_max_bytes=256 * 1024,
+                                 max_partition_fetch_bytes=64 * 1024)
+        await probe.start()
+        try:
+            probe.assign(list(tps.values()))
+            unknown = [tp for p, tp in tps.items() if p not in self.offsets]
+            begin = await probe.beginning_offsets(unknown) if unknown else {}
+            for p, tp in tps.items():
+                probe.seek(tp, self.offsets[p] if p in self.offsets else begin[tp])
+            pending: set[int] = set()
+            done: set[int] = set()
+            deadline = time.monotonic() + timeout
+            while len(pending) + len(done) < len(tps) and time.monotonic() < deadline:
+                got = await probe.getmany(timeout_ms=200, max_records=len(tps))
+                for tp, msgs in got.items():
+                    if msgs and tp.partition not in pending:
+                        pending.add(tp.partition)
+                        probe.pause(tp)
+                for p, tp in tps.items():
+                    if p in pending or p in done:
+                        continue
+                    hw = probe.highwater(tp)
+                    if hw is not None and await probe.position(tp) >= hw:
+                        done.add(p)
+            if len(pending) + len(done) < len(tps):
+                return None
+            return sorted(pending)
+        finally:
+            await probe.stop()
 
     async def _fetch_loop(self, queue: asyncio.Queue) -> None:
         """The fetcher: ``getmany`` → :func:`parse_fetched` → queue (blocks while the queue is full)."""
@@ -715,8 +761,6 @@ class KafkaWorker:
         self.offsets = {p: o for p, o in ck.offsets.items()}
         src = (ck.state or {}).get("source") or {}
         self.src_offsets = {int(p): int(o) for p, o in src.items()}
-        ended = (ck.state or {}).get("ended") or {}  # absent in an `all` worker's checkpoint and in older ones
-        self.ended = {int(p): int(o) for p, o in ended.items()}
         self._batches_since = 0
         self._last_ckpt = time.monotonic()
         self.metrics.baseline(engine.counters)
@@ -763,12 +807,6 @@ class KafkaWorker:
                 start = self.offsets.get(p, -1)
                 if part.lo is not None:  # a forward record: exactly-once by input offsets (forward.accept)
                     k = accept_forward(part.lo, part.next - 1, part.offsets, self.offsets.get(p))
-                    if part.end:  # no events; vouches for offsets without records, if any (forward.py)
-                        if k is not None:
-                            self.offsets[p] = part.next
-                        if self.offsets.get(p) == part.next:  # not stale: nothing of p past it was consumed
-                            self.ended[p] = part.next
-                        continue
                     if k is None:
                         why = "seen" if part.next <= start else "gap"
                         self.metrics.forward_dropped.labels(why=why).inc()
@@ -926,8 +964,6 @@ class KafkaWorker:
         state = {"engine": eng.state_tree(), "stage": self.stage.state(), "rng": eng.rng.bit_generator.state}
         if self.coordinator:
             state["source"] = {str(p): o for p, o in self.src_offsets.items()}
-            # a marker consumed before this checkpoint is not read again after a restore from it
-            state["ended"] = {str(p): o for p, o in self.ended.items()}
         return self.ckpt.write(state, self.offsets, records, releases, ledger, info)
 
     async def _publish(self, records: list[PendingRecord]) -> None:
