@@ -458,7 +458,8 @@ class KafkaWorker:
             pending: set[int] = set()
             done: set[int] = set()
             deadline = time.monotonic() + timeout
-            while len(pending) + len(done) < len(tps) and time.monotonic() < deadline:
+            while (len(pending) + len(done) < len(tps) and time.monotonic() < deadline
+                   and not self.stopping.is_set()):  # a SIGTERM ends the probe: no drain, the final checkpoint
                 got = await probe.getmany(timeout_ms=200, max_records=len(tps))
                 for tp, msgs in got.items():
                     if msgs and tp.partition not in pending:
