@@ -69,7 +69,7 @@ def _worker(redis_url: str, role: str, drain_idle: float = 2.0) -> KafkaWorker:
 
 async def test_the_coordinator_drains_only_when_the_probe_finds_nothing_unforwarded(redis_url, monkeypatch, caplog):
     w = _worker(redis_url, "coordinator", drain_idle=2.0)
-    answers = [[1], None, [], []]
+    answers = [{1: 40}, None, {}, {}]
     probes = []
 
     async def probe(timeout: float = 10.0):
@@ -82,7 +82,7 @@ async def test_the_coordinator_drains_only_when_the_probe_finds_nothing_unforwar
     caplog.set_level(logging.INFO, logger="streamdp.kafka")
     assert await w._stage_a_done() is False  # partition 1 holds records stage A has not forwarded
     waiting = [r for r in caplog.records if "waiting for stage A" in r.getMessage()]
-    assert len(waiting) == 1 and waiting[0].partitions == [1]
+    assert len(waiting) == 1 and waiting[0].partitions == {1: {"coordinator_offset": None, "first_record": 40}}
     clock[0] += 1.0
     assert await w._stage_a_done() is False and len(probes) == 1  # not probed again within drain_idle
     clock[0] += 1.0
@@ -113,3 +113,56 @@ async def test_a_failing_probe_does_not_drain_and_role_all_never_probes(redis_ur
     monkeypatch.setattr(a, "_unforwarded", never)
     assert await a._stage_a_done() is True
     a.store.close()
+
+
+async def test_the_probe_is_bounded_in_all_and_a_sigterm_ends_it():
+    """A broker that accepts connections and never answers: the probe gives up after its timeout (connecting and
+    the offsets lookups included, not only the fetches: aiokafka's own request timeout is 40 s), and a SIGTERM
+    (``stopping``) ends it at once. Either way: no answer (None), not a drain."""
+    import asyncio
+    import time
+    import types
+
+    conns = []
+    srv = await asyncio.start_server(lambda r, w: conns.append(w), "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    ns = types.SimpleNamespace(opts=types.SimpleNamespace(input_topic="x"), input_partitions={0}, offsets={0: 5},
+                               client_kw={"bootstrap_servers": f"127.0.0.1:{port}"}, stopping=asyncio.Event())
+    ns._probe = lambda probe: KafkaWorker._probe(ns, probe)
+    try:
+        t = time.monotonic()
+        assert await KafkaWorker._unforwarded(ns, 1.5) is None
+        assert time.monotonic() - t < 5.0
+        asyncio.get_running_loop().call_later(0.3, ns.stopping.set)
+        t = time.monotonic()
+        assert await KafkaWorker._unforwarded(ns, 30.0) is None
+        assert time.monotonic() - t < 5.0
+    finally:
+        for w in conns:
+            w.close()
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_an_idle_ingest_worker_with_drain_idle_stops_only_at_the_end_of_its_input():
+    import asyncio
+
+    ing = IngestWorker({}, WorkerOptions.from_config(_cfg().kafka, drain_idle=0.0), worker_id="i")
+    c = EndConsumer(Trace())
+    polls = []
+
+    async def getmany(timeout_ms, max_records):
+        polls.append(1)
+        await asyncio.sleep(0.01)
+        return {}  # idle: nothing fetched
+
+    c.getmany = getmany
+    ing.consumer = c
+    loop = asyncio.ensure_future(ing._loop())
+    await asyncio.sleep(0.2)
+    assert not loop.done() and len(polls) > 3  # idle past drain_idle, but no partition has answered yet
+    c.hw[0], c.pos[0], c.hw[1], c.pos[1] = 5, 5, 9, 3
+    await asyncio.sleep(0.2)
+    assert not loop.done()  # partition 1 read to 3 of 9
+    c.pos[1] = 9
+    await asyncio.wait_for(loop, 2.0)  # at the end: it stops

@@ -77,6 +77,7 @@ from streamdp.windows.tumbling import rejection_detail
 
 log = logging.getLogger("streamdp.kafka")
 
+PROBE_SECONDS = 10.0  # the coordinator's input-topic probe before a drain, in all (KafkaWorker._unforwarded)
 EXIT_RELEASE_CONFLICT = 7  # `streamdp run` exit code: another deployment's releases hold this deployment's keys
 
 
@@ -384,7 +385,12 @@ class KafkaWorker:
                         and await self._input_at_end()
                         and await self._stage_a_done()):
                     async with self.lock:
-                        drained = self.engine is None or await self._safe(self._drain)
+                        # decided again after the awaits above (the probe may take seconds): a stop, a revoke or
+                        # input that came meanwhile means no drain now
+                        if (self.stopping.is_set() or self.engine is None or not queue.empty()
+                                or self._carry is not None or time.monotonic() - self._last_input < o.drain_idle):
+                            continue
+                        drained = await self._safe(self._drain)
                     if not drained:  # the checkpoint was restored: read the input again from its offsets
                         continue
                     log.info("input idle: drained", extra={"idle_seconds": o.drain_idle})
@@ -426,56 +432,77 @@ class KafkaWorker:
         except (KafkaError, OSError, asyncio.TimeoutError) as e:
             log.warning("input topic probe failed; not drained", extra={"error": str(e)})
             return False
-        if pending == []:
+        if pending == {}:
             return True
-        if not self._waiting_logged:
+        if not self._waiting_logged and not self.stopping.is_set():
             self._waiting_logged = True
-            log.info("input idle, not drained: the input topic holds records stage A has not forwarded yet (ingest "
-                     "workers down, rebalancing or behind); waiting for stage A",
-                     extra={"partitions": pending if pending is not None else "no answer"})
+            if pending is None:
+                log.info("input idle, not drained: the input topic probe got no answer in time; probing again",
+                         extra={"timeout_seconds": PROBE_SECONDS})
+            else:
+                log.info("input idle, not drained: the input topic holds records this coordinator has not received "
+                         "- waiting for stage A (ingest workers down, rebalancing or behind; or forward records "
+                         "this coordinator refused: see streamdp_forward_dropped)",
+                         extra={"partitions": {p: {"coordinator_offset": self.offsets.get(p), "first_record": o}
+                                               for p, o in pending.items()}})
         return False
 
-    async def _unforwarded(self, timeout: float = 10.0) -> list[int] | None:
+    async def _unforwarded(self, timeout: float | None = None) -> dict[int, int] | None:
         """Input partitions that hold a record at or past the coordinator's next input offset (the beginning of the
-        partition where it has none), read by a throw-away consumer of the input topic (no group, nothing
-        committed); ``None`` when some partition did not answer within ``timeout`` s. A partition is done once a
-        fetch from that offset has answered and the probe's position has reached the high watermark of that answer
-        with no record: offsets without records (transaction markers, compacted away) are passed over, and the
-        high watermark comes from fetch responses (tansu's ``end_offsets`` are wrong after batched produce)."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        partition where it has none): partition → the offset of the first such record. Read by a throw-away
+        consumer of the input topic (no group, nothing committed). ``None`` when the probe did not finish within
+        ``timeout`` s (``PROBE_SECONDS``; everything included: connecting, offsets, fetches) or a SIGTERM came. A
+        partition is done once a fetch from that offset has answered and the probe's position has reached the high
+        watermark of that answer with no record: offsets without records (transaction markers, compacted away) are
+        passed over, and the high watermark comes from fetch responses (tansu's ``end_offsets`` are wrong after
+        batched produce)."""
+        from aiokafka import AIOKafkaConsumer
 
-        tps = {p: TopicPartition(self.opts.input_topic, p) for p in sorted(self.input_partitions)}
+        timeout = PROBE_SECONDS if timeout is None else timeout
         probe = AIOKafkaConsumer(**self.client_kw, group_id=None, enable_auto_commit=False,
                                  auto_offset_reset="earliest", fetch_max_bytes=256 * 1024,
-                                 max_partition_fetch_bytes=64 * 1024)
-        await probe.start()
+                                 max_partition_fetch_bytes=64 * 1024,
+                                 request_timeout_ms=max(1000, int(timeout * 1000)))
+        body = asyncio.ensure_future(self._probe(probe))
+        stop = asyncio.ensure_future(self.stopping.wait())
         try:
-            probe.assign(list(tps.values()))
-            unknown = [tp for p, tp in tps.items() if p not in self.offsets]
-            begin = await probe.beginning_offsets(unknown) if unknown else {}
-            for p, tp in tps.items():
-                probe.seek(tp, self.offsets[p] if p in self.offsets else begin[tp])
-            pending: set[int] = set()
-            done: set[int] = set()
-            deadline = time.monotonic() + timeout
-            while (len(pending) + len(done) < len(tps) and time.monotonic() < deadline
-                   and not self.stopping.is_set()):  # a SIGTERM ends the probe: no drain, the final checkpoint
-                got = await probe.getmany(timeout_ms=200, max_records=len(tps))
-                for tp, msgs in got.items():
-                    if msgs and tp.partition not in pending:
-                        pending.add(tp.partition)
-                        probe.pause(tp)
-                for p, tp in tps.items():
-                    if p in pending or p in done:
-                        continue
-                    hw = probe.highwater(tp)
-                    if hw is not None and await probe.position(tp) >= hw:
-                        done.add(p)
-            if len(pending) + len(done) < len(tps):
-                return None
-            return sorted(pending)
+            await asyncio.wait({body, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            return body.result() if body.done() else None
         finally:
-            await probe.stop()
+            for f in (body, stop):
+                f.cancel()
+            await asyncio.gather(body, stop, return_exceptions=True)
+            try:
+                await probe.stop()
+            except Exception as e:  # a probe that never started: nothing held
+                log.debug("probe consumer stop", extra={"error": str(e)})
+
+    async def _probe(self, probe) -> dict[int, int]:
+        """The body of :meth:`_unforwarded` (runs until every partition is decided; the caller bounds it)."""
+        from aiokafka import TopicPartition
+
+        await probe.start()
+        tps = {p: TopicPartition(self.opts.input_topic, p) for p in sorted(self.input_partitions)}
+        probe.assign(list(tps.values()))
+        unknown = [tp for p, tp in tps.items() if p not in self.offsets]
+        begin = await probe.beginning_offsets(unknown) if unknown else {}
+        for p, tp in tps.items():
+            probe.seek(tp, self.offsets[p] if p in self.offsets else begin[tp])
+        pending: dict[int, int] = {}
+        done: set[int] = set()
+        while len(pending) + len(done) < len(tps):
+            got = await probe.getmany(timeout_ms=200, max_records=len(tps))
+            for tp, msgs in got.items():
+                if msgs and tp.partition not in pending:
+                    pending[tp.partition] = int(msgs[0].offset)
+                    probe.pause(tp)
+            for p, tp in tps.items():
+                if p in pending or p in done:
+                    continue
+                hw = probe.highwater(tp)
+                if hw is not None and await probe.position(tp) >= hw:
+                    done.add(p)
+        return dict(sorted(pending.items()))
 
     async def _fetch_loop(self, queue: asyncio.Queue) -> None:
         """The fetcher: ``getmany`` → :func:`parse_fetched` → queue (blocks while the queue is full)."""
