@@ -4,12 +4,11 @@ and JSONL files. Each yields raw JSON payloads (bytes) in event-time order, as p
 
 from __future__ import annotations
 
-import itertools
-
 import calendar
 import csv
 import importlib.util
 import io
+import itertools
 import os
 import zipfile
 from dataclasses import dataclass

@@ -4,13 +4,15 @@ frozen, rebalancing, behind — was taken for the end of the input, and the miss
 
 Here, without a broker: the gate of the coordinator's drain (``KafkaWorker._stage_a_done``: the input-topic probe
 decides, at most once per ``drain_idle``, and its "waiting" is logged once per idle spell) and stage A's own
-``--drain-idle`` condition (``IngestWorker._at_end``). The probe itself reads a real broker: see the last test of
+``--drain-idle`` condition (``topics.all_read_to_end``, shared with the ``all`` worker's drain). The probe itself
+reads a real broker: ``tests/integration/test_staged_drain_probe.py`` and the last test of
 ``tests/integration/test_kafka_staged.py``.
 """
 
 from __future__ import annotations
 
 import logging
+import types
 
 from aiokafka import TopicPartition
 
@@ -41,8 +43,11 @@ class EndConsumer(Consumer):
 
 
 async def test_an_ingest_worker_is_at_the_end_only_when_every_partition_answered_and_is_read_to_its_high_watermark():
-    ing = IngestWorker({}, WorkerOptions.from_config(_cfg().kafka), worker_id="i")
-    ing.consumer = c = EndConsumer(Trace())
+    from streamdp.adapters.kafka.topics import all_read_to_end
+
+    ing = types.SimpleNamespace(consumer=EndConsumer(Trace()))
+    ing._at_end = lambda: all_read_to_end(ing.consumer, TOPIC)
+    c = ing.consumer
     assert not await ing._at_end()  # no fetch answered: idle is not the end
     c.hw[0], c.pos[0] = 120, 120
     assert not await ing._at_end()  # partition 1 has not answered
@@ -96,21 +101,18 @@ async def test_the_coordinator_drains_only_when_the_probe_finds_nothing_unforwar
 async def test_a_failing_probe_does_not_drain_and_role_all_never_probes(redis_url, monkeypatch):
     from aiokafka.errors import KafkaConnectionError
 
+    def raising(exc: Exception):
+        async def probe(timeout: float = 10.0):
+            raise exc
+        return probe
+
     w = _worker(redis_url, "coordinator")
-
-    async def broken(timeout: float = 10.0):
-        raise KafkaConnectionError("broker down (test)")
-
-    monkeypatch.setattr(w, "_unforwarded", broken)
+    monkeypatch.setattr(w, "_unforwarded", raising(KafkaConnectionError("broker down (test)")))
     assert await w._stage_a_done() is False
     w.store.close()
 
     a = _worker(redis_url, "all")
-
-    async def never(timeout: float = 10.0):
-        raise AssertionError("role all must not probe")
-
-    monkeypatch.setattr(a, "_unforwarded", never)
+    monkeypatch.setattr(a, "_unforwarded", raising(AssertionError("role all must not probe")))
     assert await a._stage_a_done() is True
     a.store.close()
 

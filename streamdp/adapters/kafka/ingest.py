@@ -38,8 +38,8 @@ import numpy as np
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import ForwardRecord, Stream, encode
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, split_runs
-from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, check_internal_topic, start_retrying, stop_clients,
-                                            stop_on_signals, topic_partitions)
+from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, all_read_to_end, check_internal_topic,
+                                            start_retrying, stop_clients, stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 
 log = logging.getLogger("streamdp.kafka")
@@ -141,7 +141,7 @@ class IngestWorker:
             gen = self.generation  # no await since getmany returned
             if not any(batch.values()):
                 if (o.drain_idle is not None and time.monotonic() - self._last_input >= o.drain_idle
-                        and await self._at_end()):
+                        and await all_read_to_end(self.consumer, o.input_topic)):
                     log.info("input idle and read to its end: stopping", extra={"idle_seconds": o.drain_idle})
                     break
                 continue
@@ -198,14 +198,6 @@ class IngestWorker:
                 await self.consumer.commit(commits)
             except (CommitFailedError, KafkaError) as e:  # a rebalance took them: the new owner re-sends
                 log.info("ingest commit refused (rebalance); the new owner re-sends", extra={"error": str(e)})
-
-    async def _at_end(self) -> bool:
-        """Every assigned partition has answered a fetch and is read up to the high watermark that answer carried."""
-        for tp in self.consumer.assignment():
-            hw = self.consumer.highwater(tp)
-            if hw is None or await self.consumer.position(tp) < hw:
-                return False
-        return True
 
     async def _committed(self, tp) -> int:
         off = await self.consumer.committed(tp)

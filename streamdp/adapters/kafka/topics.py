@@ -62,6 +62,22 @@ async def topic_partitions(consumer, topic: str, timeout: float = 30.0) -> list[
         await asyncio.sleep(0.2)
 
 
+async def read_to_end(consumer, tp) -> bool:
+    """``tp`` has answered a fetch and ``consumer`` is positioned at or past the high watermark that answer carried
+    (from fetch responses: tansu's ``end_offsets`` are wrong after batched produce). Idleness alone is no end of
+    input: a partition whose first fetch is still on its way, or one read in part, is not at its end."""
+    hw = consumer.highwater(tp)
+    return hw is not None and await consumer.position(tp) >= hw
+
+
+async def all_read_to_end(consumer, topic: str) -> bool:
+    """:func:`read_to_end` for every partition of ``topic`` assigned to ``consumer``."""
+    for tp in consumer.assignment():
+        if tp.topic == topic and not await read_to_end(consumer, tp):
+            return False
+    return True
+
+
 def stop_on_signals(request_stop) -> None:
     """SIGTERM / SIGINT → ``request_stop()`` (the worker finishes its step and exits cleanly)."""
     loop = asyncio.get_running_loop()

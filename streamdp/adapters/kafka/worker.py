@@ -63,8 +63,9 @@ from streamdp.adapters.kafka.forward import accept as accept_forward
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, offsets_and_values, split_runs
 from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
 from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPED_IN_OUTAGE, OUTPUT_TOPIC_CONFIGS,
-                                            check_internal_topic, ensure_topics, forward_topic, output_topic,
-                                            start_retrying, stop_clients, stop_on_signals, topic_partitions)
+                                            all_read_to_end, check_internal_topic, ensure_topics, forward_topic,
+                                            output_topic, read_to_end, start_retrying, stop_clients,
+                                            stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseConflict, ReleaseEngine, WindowSummary
 from streamdp.engine.release_parameters import (ParametersChanged, canonical, check_unchanged, release_parameters,
@@ -404,13 +405,7 @@ class KafkaWorker:
         watermark that answer carried. Idleness alone is no end of input: draining while a partition's first fetch
         is still on its way, or while one is read in part, closes windows that its events belong to, and every
         later run dead-letters them as late (service review of 2026-11-23, finding 3)."""
-        for tp in self.consumer.assignment():
-            if tp.topic != self.source_topic:
-                continue
-            hw = self.consumer.highwater(tp)
-            if hw is None or await self.consumer.position(tp) < hw:
-                return False
-        return True
+        return await all_read_to_end(self.consumer, self.source_topic)
 
     async def _stage_a_done(self) -> bool:
         """The coordinator's drain needs more than its own topic read to its end: an idle internal topic may be a
@@ -497,10 +492,7 @@ class KafkaWorker:
                     pending[tp.partition] = int(msgs[0].offset)
                     probe.pause(tp)
             for p, tp in tps.items():
-                if p in pending or p in done:
-                    continue
-                hw = probe.highwater(tp)
-                if hw is not None and await probe.position(tp) >= hw:
+                if p not in pending and p not in done and await read_to_end(probe, tp):
                     done.add(p)
         return dict(sorted(pending.items()))
 
