@@ -14,20 +14,19 @@ def _check_continual_counts(where, a):
 
 
 def _continual_counts(qid, *, horizon, **kw):
-    import math
-
     from streamdp.accounting.cost import LOSS_SCALE, cost_to_fixed
     from streamdp.engine.queries.continual_counts import ContinualCounts
+    from streamdp.mechanisms.binary_tree import node_sensitivity_sq
 
-    # The per-item cost ρ = C²·⌈log2(L+1)⌉/(2σ²) (DESIGN §3) must be a finite cost on the fixed-point ledger: a σ too
-    # small gave "float division by zero" or "zcdp_rho must be finite" without the field (config review, F7).
+    # The per-item cost ρ = Δ2²(C, L)/(2σ²) (binary_tree.node_sensitivity_sq) must be a finite cost on the fixed-point
+    # ledger: a σ too small gave "float division by zero" or "zcdp_rho must be finite" without the field (config
+    # review, F7).
     sigma, c = kw["sigma"], kw["max_per_item"]
-    levels = math.ceil(math.log2(horizon + 1))
     try:
-        rho = c * c * levels / (2.0 * sigma * sigma)
+        rho = node_sensitivity_sq(horizon, c) / (2.0 * sigma * sigma)
         cost_to_fixed(rho, LOSS_SCALE)
     except (ArithmeticError, ValueError):
-        raise ValueError(f"sigma: {sigma!r} is too small: the per-item cost C²·⌈log2(L+1)⌉/(2σ²) with C = {c}, "
+        raise ValueError(f"sigma: {sigma!r} is too small: the per-item cost Δ2²(C, L)/(2σ²) with C = {c}, "
                          f"L = {horizon} does not fit the fixed-point ledger (ρ < 9.2e6)") from None
     return ContinualCounts(qid, horizon=horizon, **kw)
 
@@ -36,8 +35,12 @@ register(QueryKind(
     kind="continual_counts",
     source="001 §4.3 Thm 11 (unknown-domain binary mechanism), DESIGN §3",
     notion="zcdp",
-    cost="per user, per item first contributed to in the epoch: rho = C^2*ceil(log2(L+1))/(2*sigma^2), delta = delta_item",
-    doc="noisy running count of every selected item (items not known in advance), sticky selection",
+    cost="per user, per item first contributed to in the epoch: rho = D2(C, L)/(2*sigma^2), delta = delta_item, "
+         "D2 the exact worst case of a user's tree-node contributions (= ceil(log2(L+1)) for C = 1, "
+         "<= C^2*ceil(log2(L+1)))",
+    doc="noisy running count of every selected item (items not known in advance), sticky selection; node noise "
+        "'gaussian' (default) is the analysed one, 'discrete_gaussian' is outside the analysis of items a single "
+        "user introduces (docs/query_counts_top_k.md)",
     needs=("items",),
     params=(
         Param("sigma", "float", "noise std of every tree node", required=True, gt=0),
@@ -45,7 +48,8 @@ register(QueryKind(
         Param("max_items_per_window", "int", "Δ0: distinct items a user may add per window", default=4, min=1),
         Param("max_per_item", "int", "C: contributions per (user, item) over the horizon", default=1, min=1,
               max=65535),
-        Param("noise", "str", "node noise", default="gaussian", choices=("gaussian", "discrete_gaussian")),
+        Param("noise", "str", "node noise ('gaussian' is the analysed default; 'discrete_gaussian' lacks a proof for "
+              "items one user introduces first)", default="gaussian", choices=("gaussian", "discrete_gaussian")),
         Param("estimator", "str", "running-count estimator", default="plain", choices=("plain", "optimal")),
         Param("keep_history", "bool", "keep every prefix node so that counts over window ranges s..t can be "
               "answered (free post-processing; 16 B per item per window)", default=False),

@@ -14,21 +14,39 @@ new item"). An item is *selected* the first time its noisy running count exceeds
 as in 001 §4.3 "larger than a fixed threshold"); selection is sticky: every selected item is published at every
 later window of the epoch. After window L the engine starts a new epoch with a fresh tree (:meth:`reset`).
 
-Privacy (user level, DESIGN.md §3, from 001 Thm 11). A user changes an item's count by at most C over the
-horizon (and contributes to ≤ Δ0 items per window; the engine charges per item). For one item, each level's node
-sums change by a vector of squared ℓ2 norm ≤ C² (the ≤ C contributions split over that level's nodes), so the
-node table is a Gaussian mechanism with Δ2² ≤ C²·levels: ρ = C²·levels/(2σ²) (001 Thm 4; for the discrete
-Gaussian the same ρ, Canonne–Kamath–Steinke 2020 Thm 4). The δ term: an item held by this user alone has true
-count ≤ C at every t, and its noisy count at t is C plus a sum of ≤ levels independent node noises; T is chosen
-so that each of the L windows crosses with probability ≤ δ_item/L (union bound → δ_item):
+Privacy (user level; Rogers, Unknown-Domain Algorithms, Thm 11). A user changes an item's count by at most C over the
+horizon, at most once per window (the bounder keeps distinct (user, item) pairs per window), and contributes to
+≤ Δ0 items per window (the engine charges per item). For one item, the node table is a Gaussian mechanism (Rogers
+Thm 4; discrete Gaussian: Canonne–Kamath–Steinke 2020 Thm 4, same ρ) whose ℓ2 sensitivity is the worst case, over
+C distinct windows, of the squared norm of the user's node contributions:
 
-* Gaussian nodes: Pr[N(0, k σ²) > σ√(levels+1)·Φ⁻¹(1 − δ_item/L)] ≤ δ_item/L for every k ≤ levels (001 Thm 11
-  statement, whose √(levels+1) is the conservative choice over the proof's √levels — notes/001.md). This needs
+    Δ2²(C, L) = max_{W ⊆ [1, L], |W| = min(C, L)}  Σ_{v used}  |W ∩ v|²,
+
+"used" being the nodes a prefix sum reads (odd index k, k·2^j ≤ L: ``tree_estimators``). It is attained by the
+first min(C, L) windows (:func:`node_sensitivity_sq`, whose docstring holds the proof); C = 1 gives
+Δ2² = levels, and Δ2² ≤ C²·levels always (the per-level bound C², which the contract states), e.g. 29 instead of 32 at C = 2,
+L = 128. A user's first contribution to an item costs ρ = Δ2²(C, L)/(2σ²) and δ_item (:func:`binary_tree_cost`).
+
+The δ term: an item held by this user alone has true count ≤ C at every t, and its noisy count at t is C plus a
+sum of popcount(t) independent node noises, popcount(t) ≤ P(L) = max_{t ≤ L} popcount(t)
+(:func:`max_prefix_popcount`: max(popcount(L), ⌊log2 L⌋) ≤ levels); T is chosen so that each of the L windows
+crosses with probability ≤ δ_item/L (union bound → δ_item):
+
+* Gaussian nodes: Pr[N(0, kσ²) > σ√P·Φ⁻¹(1 − δ_item/L)] ≤ δ_item/L for every k ≤ P (Rogers Thm 11 with the exact
+  number of summed nodes: its statement's √(levels+1) and its proof's √levels are both ≥ √P). This needs
   Φ⁻¹(1 − δ_item/L) ≥ 0, hence δ_item/L < 1/2 is enforced.
-* Discrete Gaussian nodes: N_Z(0, σ²) is σ²-sub-Gaussian (CKS 2020), so a sum S of k ≤ levels of them has
-  Pr[S ≥ x] ≤ exp(−x²/(2kσ²)) ≤ δ_item/L for x = σ√(2·levels·ln(L/δ_item)) (DESIGN.md §3 "Noise").
+* Discrete Gaussian nodes: N_Z(0, σ²) is σ²-sub-Gaussian (CKS 2020), so a sum S of k ≤ P of them has
+  Pr[S ≥ x] ≤ exp(−x²/(2kσ²)) ≤ δ_item/L for x = σ√(2·P·ln(L/δ_item)) (the contract's tail bound for sums of discrete Gaussians).
 * The optimal estimator's noise is a linear combination of node noises with Σ coefficient² ≤ popcount(t) (its
   variance Σ V_j ≤ popcount(t)·σ²), so the same thresholds remain valid; it costs nothing extra (post-processing).
+
+Which noise is analysed. An item that the target user introduces first (other users add to it later) has early
+nodes that are conditioned on "not selected" and reused by later counts, so Rogers' Thm 11 factorisation is not
+exact for it (review of 2026-12-06). For Gaussian nodes the conditioning is on a convex set (every prefix estimate ≤ T: half-spaces in the
+node table), and Gopi–Lee–Liu 2022 Lemma 4.1 (as Rogers uses it for Thm 8) bounds the Rényi divergence of two
+Gaussians restricted to one convex set by that of the unrestricted pair: the cost above holds. For discrete
+Gaussian nodes no cited result covers the conditioning, so ``gaussian`` is the analysed noise and the default;
+``discrete_gaussian`` stays available, documented as outside that analysis (docs/query_counts_top_k.md).
 
 Releasing the noisy value of an item that was never selected would void the δ argument (Thm 11 relies on the
 noisy counts of unselected items staying hidden); hence :meth:`range_count` answers selected items only and
@@ -81,6 +99,8 @@ __all__ = [
     "ESTIMATORS",
     "MAX_ITEM_ID",
     "levels_for_horizon",
+    "max_prefix_popcount",
+    "node_sensitivity_sq",
     "binary_tree_cost",
     "binary_tree_threshold",
     "HorizonExceeded",
@@ -128,7 +148,7 @@ def _delta_param(delta_item, horizon: int) -> float:
     if not (0.0 < d < 1.0):
         raise ValueError(f"delta_item must be a number in (0, 1), got {delta_item!r}")
     if d / horizon >= 0.5:
-        # Φ⁻¹(1 − δ/L) < 0 there, and the √(levels+1) inflation then makes the tail bound fail.
+        # Φ⁻¹(1 − δ/L) < 0 there, and the √P inflation then makes the tail bound fail.
         raise ValueError(f"delta_item/horizon must be < 1/2, got delta_item={d!r} with horizon={horizon}")
     return d
 
@@ -162,39 +182,99 @@ def levels_for_horizon(L: int) -> int:
     return _int_param(L, "horizon").bit_length()
 
 
+def max_prefix_popcount(L: int) -> int:
+    """P(L) = max_{1 ≤ t ≤ L} popcount(t) = max(popcount(L), bit_length(L) − 1): the most decomposition nodes a
+    released running count sums. (A t ≤ L with bit_length(L) bits set is 2^b − 1 = L itself; otherwise 2^(b−1) − 1
+    ≤ L has b − 1.) At most levels = bit_length(L); 7 instead of 8 at L = 128."""
+    L = _int_param(L, "horizon")
+    return max(bin(L).count("1"), L.bit_length() - 1)
+
+
+def _prefix_block_value(a: int, c: int) -> int:
+    """Σ_{used v} |[0, c) ∩ v|² in one complete subtree of height a (levels 0..a, windows 0..2^a − 1 counted from
+    its start, its root used): at level i the nodes are the runs of 2^i windows, used when their index is even
+    (odd in 1-based numbering); the prefix fills ⌊c/2^i⌋ runs and a part run of c mod 2^i windows."""
+    total = 0
+    for i in range(a + 1):
+        full, rem = divmod(c, 1 << i)
+        total += ((full + 1) // 2) * (1 << (2 * i))
+        if rem and full % 2 == 0:
+            total += rem * rem
+    return total
+
+
+def node_sensitivity_sq(horizon: int, cap: int = 1) -> int:
+    """Δ2²(C, L): the worst case, over a user's ≤ C contributions to one item in distinct windows of [1, L], of
+    the squared ℓ2 norm of their changes to the used tree nodes (those a prefix sum reads: index k odd and
+    k·2^j ≤ L). Exact, in integers. C = 1 gives levels; C = 2, L = 128 gives 29 (C²·levels = 32).
+
+    Value: the first c = min(C, L) windows attain the maximum, so Δ2² = Σ_{v used} |[1, c] ∩ v|².
+
+    Proof (docs/query_counts_top_k.md has it with examples). Write L = 2^{a_1} + 2^{a_2} + … (a_1 > a_2 > …).
+    (i) Blocks. The used nodes are those of complete subtrees of heights a_1, a_2, … laid side by side, each root
+    used, and no used node spans two of them (an ancestor of the r-th block's root at a level above a_r ends past
+    L). So f(W) = Σ_r F_{a_r}(W ∩ block r) with F_a the value in a full tree of height a whose root is used.
+    (ii) Inside a full tree, the prefix is optimal. Let P_a(c) be the prefix value and D_a(c) = P_a(c) − c² (the
+    same tree, root not counted). A tree of height a splits into a left subtree (root used) and a right one (root
+    not used), so by induction max_{|W| = c} F_a = c² + max_{x + y = c} P_{a−1}(x) + D_{a−1}(y). With m = c − 1 the
+    prefix's increments are ΔP_a(c) = Σ_{i ≤ a, bit_i(m) = 0} (2(m mod 2^i) + 1). The split value
+    ψ(y) = P(c − y) + D(y) satisfies ψ(y) ≤ ψ(c − y) for y ≥ c/2 (P = D + y²), and ψ(y + 1) ≤ ψ(y) for
+    y < c/2 iff ΔP(y + 1) − ΔP(c − y) ≤ 2y + 1, which follows from: for 0 ≤ m ≤ n < 2^a,
+    S(m) − S(n) ≤ 2n + 1 with S(m) = Σ_{i<a, bit_i(m)=0} (2(m mod 2^i) + 1). (Let t be the highest bit where m and
+    n differ: the terms above t are smaller for m; what remains for m is S_{t+1}(m mod 2^t) ≤ 2^{t+1} − 1, by
+    induction on t, and 2n + 1 ≥ 2^{t+1} + 1.) So the least y, i.e. the left subtree filled first: the prefix.
+    (iii) Across blocks, filling the larger (earlier) block first is optimal: for blocks a > b and y ≤ 2^b,
+    P_b(y) = D_a(y) − (a − b − 1)y², so P_a(x) + P_b(y) ≤ P_a(x') + D_a(y') − (a − b − 1)y'² = P_a(x') + P_b(y')
+    with x' = min(x + y, 2^a), y' = x + y − x' ≤ y, by (ii) in a tree of height a + 1. Exchanging pairwise
+    reaches the prefix. ``tests/mechanisms/test_tree_sensitivity.py`` checks it against every subset for small L.
+    """
+    L = _int_param(horizon, "horizon")
+    left = min(_int_param(cap, "cap"), L)
+    total = 0
+    for a in range(L.bit_length() - 1, -1, -1):  # blocks of 2^a windows, largest first
+        if not (L >> a) & 1 or left == 0:
+            continue
+        c = min(left, 1 << a)
+        total += _prefix_block_value(a, c)
+        left -= c
+    return total
+
+
 def binary_tree_cost(sigma: float, horizon: int, delta_item: float, cap: int = 1) -> Cost:
-    """Cost of a user's first contribution to one item (DESIGN.md §3, from 001 Thm 11 with Δ0 = 1 per item):
+    """Cost of a user's first contribution to one item (Rogers, Unknown-Domain Algorithms, Thm 11 with Δ0 = 1 per item,
+    at user level):
 
-        ρ = C²·⌈log2(L+1)⌉ / (2σ²),   δ = δ_item.
+        ρ = Δ2²(C, L) / (2σ²),   δ = δ_item,
 
-    Δ2² ≤ C² per level (≤ C contributions spread over one level's nodes), ``levels`` levels, Gaussian mechanism
-    (001 Thm 4; discrete Gaussian: CKS 2020 Thm 4, same ρ). Later contributions to the same item are free.
+    Δ2²(C, L) = :func:`node_sensitivity_sq` — the exact worst case of the user's node contributions (= levels for
+    C = 1; ≤ C²·levels, the per-level bound). Gaussian mechanism (Rogers Thm 4; discrete Gaussian: CKS 2020
+    Thm 4, same ρ). Later contributions to the same item are free.
     """
     sigma = _positive_param(sigma, "sigma")
     horizon = _int_param(horizon, "horizon")
     cap = _int_param(cap, "cap")
     delta = _delta_param(delta_item, horizon)
-    levels = levels_for_horizon(horizon)
-    return Cost.zcdp(rho=cap * cap * levels / (2.0 * sigma * sigma), delta=delta)
+    return Cost.zcdp(rho=node_sensitivity_sq(horizon, cap) / (2.0 * sigma * sigma), delta=delta)
 
 
 def binary_tree_threshold(sigma: float, horizon: int, delta_item: float, cap: int = 1,
                           noise: str = "gaussian") -> float:
-    """Selection threshold T (an item is selected when its noisy running count c̃ > T).
+    """Selection threshold T (an item is selected when its noisy running count c̃ > T), with P = P(L) the largest
+    number of nodes a released count sums (:func:`max_prefix_popcount`, ≤ levels):
 
-    gaussian:           T = C + σ·√(levels+1)·Φ⁻¹(1 − δ_item/L)        (001 Thm 11 statement; DESIGN.md §3)
-    discrete_gaussian:  T = C + σ·√(2·levels·ln(L/δ_item))             (σ²-sub-Gaussian sum of ≤ levels nodes)
+    gaussian:           T = C + σ·√P·Φ⁻¹(1 − δ_item/L)        (Rogers Thm 11 with the exact node count)
+    discrete_gaussian:  T = C + σ·√(2·P·ln(L/δ_item))          (σ²-sub-Gaussian sum of ≤ P nodes)
     """
     sigma = _positive_param(sigma, "sigma")
     horizon = _int_param(horizon, "horizon")
     cap = _int_param(cap, "cap")
     delta = _delta_param(delta_item, horizon)
     noise = _noise_param(noise)
-    levels = levels_for_horizon(horizon)
+    p = max_prefix_popcount(horizon)
     if noise == "gaussian":
         # norm.isf(p) = Φ⁻¹(1 − p), computed without the cancellation of 1 − p for tiny p
-        return cap + sigma * math.sqrt(levels + 1) * float(norm.isf(delta / horizon))
-    return cap + sigma * math.sqrt(2.0 * levels * math.log(horizon / delta))
+        return cap + sigma * math.sqrt(p) * float(norm.isf(delta / horizon))
+    return cap + sigma * math.sqrt(2.0 * p * math.log(horizon / delta))
 
 
 # -------------------------------------------------------------------------------------------------------- types

@@ -107,12 +107,14 @@ def test_cost_binary_tree_design_formulas(capsys, noise):
     d = run_json(capsys, *argv)
     levels = math.ceil(math.log2(L + 1))
     assert levels == 10
-    assert d["rho"] == pytest.approx(C**2 * levels / (2 * sigma**2), rel=1e-12)  # DESIGN.md §3
+    # exact Δ2² for C = 2: windows 1, 2 share levels 1..9 (2² each), level 0 holds window 1 only → 1 + 36 = 37
+    # (≤ C²·levels = 40); the most nodes a count sums: popcount(511) = 9
+    assert d["rho"] == pytest.approx(37 / (2 * sigma**2), rel=1e-12)
     assert d["delta"] == pytest.approx(d_item)
     if noise == "discrete-gaussian":
-        t = C + sigma * math.sqrt(2 * levels * math.log(L / d_item))
+        t = C + sigma * math.sqrt(2 * 9 * math.log(L / d_item))
     else:
-        t = C + sigma * math.sqrt(levels + 1) * stats.norm.isf(d_item / L)
+        t = C + sigma * math.sqrt(9) * stats.norm.isf(d_item / L)
     assert d["threshold"] == pytest.approx(t, rel=1e-12)
 
 

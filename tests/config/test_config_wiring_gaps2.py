@@ -25,14 +25,15 @@ def _cfg(query: dict, **service) -> dict:
 # ------------------------------------------------------------------------------------------------ horizon wiring
 def test_service_horizon_reaches_the_tree_cost_threshold_and_engine():
     """L = 1000: levels = ⌈log2 1001⌉ = 10 (2^9 = 512 ≤ 1000 < 1024). σ = 2, C = 1 (default, DESIGN §3):
-    ρ = C²·levels/(2σ²) = 10/8 = 1.25, δ = δ_item; T = C + σ·√(levels+1)·Φ⁻¹(1 − δ_item/L).
+    ρ = Δ2²/(2σ²) with Δ2² = levels for C = 1: 10/8 = 1.25, δ = δ_item; T = C + σ·√P·Φ⁻¹(1 − δ_item/L) with
+    P = the largest popcount of t ≤ 1000 = 9 (511).
     With the default L = 64 the tree would have 7 levels (ρ = 0.875): the cost would undercount."""
     cfg = parse_config(_cfg({"kind": "continual_counts", "sigma": 2.0, "delta_item": 1e-6}, horizon=1000))
     assert cfg.engine_config().horizon == 1000
     (q,) = cfg.build_queries()
     assert q.item_cost.zcdp_rho == pytest.approx(1.25, rel=1e-12)
     assert q.item_cost.zcdp_delta == pytest.approx(1e-6, rel=1e-12)
-    assert q.threshold == pytest.approx(1 + 2 * math.sqrt(11) * stats.norm.isf(1e-6 / 1000), rel=1e-9)
+    assert q.threshold == pytest.approx(1 + 2 * math.sqrt(9) * stats.norm.isf(1e-6 / 1000), rel=1e-9)
     # positive control: the default horizon 64 gives 7 levels (64 < 127 < 128) — the check can tell them apart
     (q64,) = parse_config(_cfg({"kind": "continual_counts", "sigma": 2.0})).build_queries()
     assert q64.item_cost.zcdp_rho == pytest.approx(7 / 8, rel=1e-12)
@@ -41,14 +42,16 @@ def test_service_horizon_reaches_the_tree_cost_threshold_and_engine():
 def test_continual_counts_default_cap_is_one():
     """DESIGN §3: over the horizon a user adds to any one item at most C times, default C = 1 (distinct users).
     Defaults of `streamdp queries kinds`: δ_item = 1e-6, Δ0 = 4 (as window_histogram's documented Δ0).
-    σ = 1, L = 64 (7 levels): ρ = 1·7/2 = 3.5, δ = 1e-6; T = 1 + √8·Φ⁻¹(1 − 1e-6/64)."""
+    σ = 1, L = 64 (7 levels): ρ = 1·7/2 = 3.5, δ = 1e-6; T = 1 + √6·Φ⁻¹(1 − 1e-6/64) (P = popcount(63) = 6)."""
     (q,) = parse_config(_cfg({"kind": "continual_counts", "sigma": 1.0})).build_queries()
     assert q.bounder.cap == 1 and q.bounder.delta0 == 4
     assert q.item_cost.zcdp_delta == pytest.approx(1e-6, rel=1e-12)
     assert q.item_cost.zcdp_rho == pytest.approx(3.5, rel=1e-12)
-    assert q.threshold == pytest.approx(1 + math.sqrt(8) * stats.norm.isf(1e-6 / 64), rel=1e-9)
+    assert q.threshold == pytest.approx(1 + math.sqrt(6) * stats.norm.isf(1e-6 / 64), rel=1e-9)
     (q2,) = parse_config(_cfg({"kind": "continual_counts", "sigma": 1.0, "max_per_item": 2})).build_queries()
-    assert q2.item_cost.zcdp_rho == pytest.approx(4 * 3.5, rel=1e-12)  # control: C = 2 costs C² = 4 times more
+    # control: C = 2 costs more — windows 1 and 2 share the nodes of levels 1..6 (2² each), window 1 alone has
+    # level 0 (window 2 is a right child): Δ2² = 1 + 6·4 = 25 (the per-level bound C²·levels gives 28)
+    assert q2.item_cost.zcdp_rho == pytest.approx(25 / 2, rel=1e-12)
 
 
 # ----------------------------------------------------------------------------------------------- budget ranges

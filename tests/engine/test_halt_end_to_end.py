@@ -214,11 +214,11 @@ def test_knn_point_user_at_budget_is_halted_and_later_events_change_no_distances
 
 # ---------------------------------------------------------------------------------- sticky HALT, zero cost
 def test_halt_is_sticky_even_for_a_later_contribution_that_would_cost_nothing():
-    # C = 2, σ = 2, L = 8: levels = ⌈log2 9⌉ = 4, a first contribution costs ρ = C²·levels/(2σ²) = 2, δ = δ_item
+    # C = 2, σ = 2, L = 8: levels = ⌈log2 9⌉ = 4; the worst case of C = 2 contributions (windows 1, 2) touches
+    # levels 1..3 twice and level 0 once: Δ2² = 1 + 3·4 = 13, a first contribution costs ρ = 13/(2σ²) = 1.625
     sigma, L, C, d_item = 2.0, 8, 2, 2.0**-10
-    levels = math.ceil(math.log2(L + 1))
-    first_cost = Cost.zcdp(C**2 * levels / (2 * sigma**2), d_item)
-    assert first_cost.zcdp_rho == 2.0
+    first_cost = Cost.zcdp(13 / (2 * sigma**2), d_item)
+    assert first_cost.zcdp_rho == 1.625
     q = lambda: ContinualCounts("c", sigma=sigma, horizon=L, delta_item=d_item,  # noqa: E731
                                 max_items_per_window=1, max_per_item=C)
     big = Cost.zcdp(1e6, 1.0)

@@ -139,10 +139,12 @@ def test_the_restored_tree_would_have_released_at_the_old_sigma():
 def test_parameters_of_a_query_are_its_validated_table_or_its_description():
     built = parse_config(_raw()).build_queries()[0]
     p = built.parameters()
-    assert set(p) == {"kind"} | {x.name for x in kinds()["continual_counts"].params}  # every parameter, defaults in
+    # every parameter, defaults in, and the version of the kind's cost/threshold rule (a checkpoint of rule 1
+    # lacks it and is refused)
+    assert set(p) == {"kind", "release_rule"} | {x.name for x in kinds()["continual_counts"].params}
     assert p["kind"] == "continual_counts" and p["sigma"] == 2.0 and p["delta_item"] == 1e-6
     q = ContinualCounts("c", sigma=2.0, horizon=8, delta_item=1e-6)  # built in code: no table
-    assert q.config_params is None and q.parameters() == q.describe()
+    assert q.config_params is None and q.parameters() == q.describe() and q.parameters()["release_rule"] == 2
     assert canonical({"b": 1, "a": [1.5, None]}) == '{"a":[1.5,null],"b":1}'
 
 
@@ -168,3 +170,20 @@ def test_the_order_of_the_queries_is_a_release_parameter():
     with pytest.raises(ParametersChanged, match=r"query order: \['counts', 'top'\] in the checkpoint, "
                                                 r"\['top', 'counts'\] now"):
         other.restore(snap)
+
+
+def test_a_checkpoint_of_the_old_continual_counts_rule_is_refused():
+    """Release rule 2 of continual_counts (exact Δ2² for C > 1, √P in the threshold) changed its costs and
+    threshold without a configuration change: a checkpoint written under rule 1 (its parameters lack
+    ``release_rule``) must not continue under rule 2 — its users were charged, and its items selected, under the
+    old rule. Regression: without the ``release_rule`` parameter the old checkpoint restored silently."""
+    import json
+
+    snap, _ = _snapshot(_raw())
+    tree = state_codec.decode(snap)
+    params = json.loads(tree["parameters"])
+    counts = next(p for qid, p in params["queries"] if qid == "counts")
+    assert counts.pop("release_rule") == 2
+    tree["parameters"] = canonical(params)
+    with pytest.raises(ParametersChanged, match=r"query 'counts' release_rule: '\(unset\)' in the checkpoint, 2 now"):
+        _engine(_raw()).restore(state_codec.encode(tree))

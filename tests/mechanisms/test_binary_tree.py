@@ -17,6 +17,8 @@ from streamdp.mechanisms.binary_tree import (
     binary_tree_cost,
     binary_tree_threshold,
     levels_for_horizon,
+    max_prefix_popcount,
+    node_sensitivity_sq,
 )
 from streamdp.noise.generator import unsafe_seeded_generator
 
@@ -42,7 +44,12 @@ def test_cost_known_answer(sigma, L, delta, C):
     levels = math.ceil(math.log2(L + 1))
     cost = binary_tree_cost(sigma, L, delta, C)
     assert isinstance(cost, Cost)
-    assert cost.zcdp_rho == pytest.approx(C**2 * levels / (2 * sigma**2), rel=1e-15)
+    # exact Δ2² (tests/mechanisms/test_tree_sensitivity.py recomputes it by enumeration): levels for C = 1,
+    # below C²·levels for C > 1 — L = 10, C = 2: 13 (not 16); L = 100, C = 3: windows 1..3 → level 0: {1}, {3} (1 each; {2} is a right child), level 1:
+    # (0, 2] (2²), levels 2..6: 3² each → 2 + 4 + 45 = 51
+    exact = {1: levels, 2: 13, 3: 51}[C]
+    assert node_sensitivity_sq(L, C) == exact
+    assert cost.zcdp_rho == pytest.approx(exact / (2 * sigma**2), rel=1e-15)
     assert cost.zcdp_delta == delta
     assert cost.cgp_rho == cost.cgp_delta == cost.emd_alpha == cost.emd_delta == 0
 
@@ -56,16 +63,16 @@ def test_cost_matches_thm11_with_one_item():
 @pytest.mark.parametrize("sigma, L, delta, C, rel", [(3.5, 4096, 1e-6, 1, 1e-7), (1.0, 10, 0.05, 2, 1e-12),
                                                      (20.0, 100, 1e-3, 3, 1e-10)])
 def test_threshold_gaussian_known_answer(sigma, L, delta, C, rel):
-    levels = math.ceil(math.log2(L + 1))
-    expected = C + sigma * math.sqrt(levels + 1) * norm.ppf(1 - delta / L)
+    p = max(bin(t).count("1") for t in range(1, L + 1))  # the most nodes a released count sums
+    expected = C + sigma * math.sqrt(p) * norm.ppf(1 - delta / L)
     assert binary_tree_threshold(sigma, L, delta, C) == pytest.approx(expected, rel=rel)
     assert binary_tree_threshold(sigma, L, delta, C, "gaussian") == pytest.approx(expected, rel=rel)
 
 
 @pytest.mark.parametrize("sigma, L, delta, C", [(3.5, 4096, 1e-9, 1), (1.0, 10, 0.05, 2), (0.7, 1, 0.2, 1)])
 def test_threshold_discrete_known_answer(sigma, L, delta, C):
-    levels = math.ceil(math.log2(L + 1))
-    expected = C + sigma * math.sqrt(2 * levels * math.log(L / delta))
+    p = max(bin(t).count("1") for t in range(1, L + 1))
+    expected = C + sigma * math.sqrt(2 * p * math.log(L / delta))
     assert binary_tree_threshold(sigma, L, delta, C, "discrete_gaussian") == pytest.approx(expected, rel=1e-14)
 
 

@@ -163,18 +163,19 @@ def test_single_user_item_selected_with_probability_at_most_delta(noise, estimat
 
 
 def test_discrete_tail_bound_monte_carlo():
-    """The bound behind the discrete threshold: a sum S of `levels` N_Z(0, σ²) has Pr[S ≥ T − C] ≤ δ/L for
-    T − C = σ√(2·levels·ln(L/δ)). Small σ (where N_Z differs most from N(0, σ²)) and large δ so that the tail is
-    measurable; the empirical tail must also match the exact convolution."""
+    """The bound behind the discrete threshold: a sum S of P N_Z(0, σ²) (P = the largest popcount of a window
+    number ≤ L: the most nodes a released count sums) has Pr[S ≥ T − C] ≤ δ/L for T − C = σ√(2·P·ln(L/δ)). Small
+    σ (where N_Z differs most from N(0, σ²)) and large δ so that the tail is measurable; the empirical tail must
+    also match the exact convolution."""
     sigma, L, delta, C = 0.8, 8, 0.4, 1
-    levels = math.ceil(math.log2(L + 1))
-    x = sigma * math.sqrt(2 * levels * math.log(L / delta))
+    p = max(bin(t).count("1") for t in range(1, L + 1))  # 3 (t = 7)
+    x = sigma * math.sqrt(2 * p * math.log(L / delta))
     tr = UnknownDomainBinaryTree(L, sigma, delta, cap=C, noise="discrete_gaussian")
     assert tr.threshold - C == pytest.approx(x, rel=1e-14)
     n = 300_000
-    s = samplers.discrete_gaussian(unsafe_seeded_generator(300), sigma, (levels, n)).sum(axis=0)
+    s = samplers.discrete_gaussian(unsafe_seeded_generator(300), sigma, (p, n)).sum(axis=0)
     k = int(np.sum(s >= x))
-    support, pmf = dgauss_sum_pmf(sigma, levels)
+    support, pmf = dgauss_sum_pmf(sigma, p)
     p_exact = float(pmf[support >= x].sum())
     assert p_exact <= delta / L
     assert stats.binom.sf(k - 1, n, delta / L) > P_MIN

@@ -1,10 +1,11 @@
 """The binary-tree selection threshold T by noise kind, as continual_counts publishes it, and the δ_item/L < 1/2
 boundary (001 §4.3 Thm 11; DESIGN.md §3 "Continual counts" and "Noise"; binary_tree.py module doc).
 
-    gaussian:           T = C + σ·√(levels+1)·Φ⁻¹(1 − δ_item/L)
-    discrete_gaussian:  T = C + σ·√(2·levels·ln(L/δ_item))       (σ²-sub-Gaussian sum of ≤ levels nodes)
+    gaussian:           T = C + σ·√P·Φ⁻¹(1 − δ_item/L)
+    discrete_gaussian:  T = C + σ·√(2·P·ln(L/δ_item))       (σ²-sub-Gaussian sum of ≤ P nodes)
 
-with levels = ⌈log2(L+1)⌉. Values below are worked out by hand, not read from the code.
+with P = max_{t ≤ L} popcount(t) (release rule 2; it was levels + 1 and levels). Values below are worked out by
+hand, not read from the code.
 """
 
 from __future__ import annotations
@@ -22,18 +23,18 @@ from streamdp.filter.memory import MemoryBudgetStore
 from streamdp.mechanisms.binary_tree import UnknownDomainBinaryTree, binary_tree_cost, binary_tree_threshold
 from streamdp.outputs.sinks import ListSink
 
-# σ = 2, L = 8, δ_item = 1e-3, C = 1: levels = ⌈log2 9⌉ = 4
-# discrete: T = 1 + 2·√(2·4·ln 8000) = 1 + 2·√(8 · 8.987196820661973) = 1 + 2·8.479243749609737 = 17.958487…
-T_DISCRETE = 17.95849
-# gaussian: T = 1 + 2·√5·Φ⁻¹(1 − 1.25·10⁻⁴) = 1 + 4.472136·3.662164… = 17.378124…
-T_GAUSSIAN = 17.37812
+# σ = 2, L = 8, δ_item = 1e-3, C = 1: levels = ⌈log2 9⌉ = 4, P = popcount(7) = 3
+# discrete: T = 1 + 2·√(2·3·ln 8000) = 1 + 2·√(6 · 8.987196820661973) = 1 + 2·7.343240… = 15.686481…
+T_DISCRETE = 15.68648
+# gaussian: T = 1 + 2·√3·Φ⁻¹(1 − 1.25·10⁻⁴) = 1 + 3.464102·3.662260… = 13.686441…
+T_GAUSSIAN = 13.68644
 
 
 @pytest.mark.parametrize("noise, expected", [("discrete_gaussian", T_DISCRETE), ("gaussian", T_GAUSSIAN)])
 def test_continual_counts_publishes_the_threshold_of_its_noise_kind(noise, expected):
     """Guards continual_counts passing ``noise`` to binary_tree_threshold: the threshold it publishes (attribute,
     describe(), and every release record's values["threshold"]) is the one its tree selects with. Dropping the
-    noise kind publishes the Gaussian 17.378 for a discrete-Gaussian tree that uses 17.958 (they differ by 0.58,
+    noise kind publishes the Gaussian 13.686 for a discrete-Gaussian tree that uses 15.686 (they differ by 2.0,
     far beyond the 1e-4 tolerance)."""
     assert abs(T_DISCRETE - T_GAUSSIAN) > 0.5
     q = ContinualCounts("c", sigma=2.0, horizon=8, delta_item=1e-3, noise=noise)
@@ -55,7 +56,8 @@ def test_delta_item_over_horizon_of_one_half_is_refused():
     """Guards the documented δ_item/L < 1/2 (strict): the Gaussian threshold needs Φ⁻¹(1 − δ_item/L) > 0; at
     δ_item/L = 1/2 it is 0 and T = C. L = 1 is the only horizon where δ_item < 1 reaches 1/2, so δ_item = 0.5 must
     raise, in the tree and in both parameter functions. Positive control: δ_item = 0.49 (δ/L just below 1/2) is
-    accepted, with T = 1 + √2·Φ⁻¹(0.51) > 1 (levels = ⌈log2 2⌉ = 1), so the refusal is the boundary check."""
+    accepted, with T = 1 + 1·Φ⁻¹(0.51) > 1 (levels = ⌈log2 2⌉ = 1, P = popcount(1) = 1), so the refusal is the
+    boundary check."""
     msg = r"delta_item/horizon must be < 1/2"
     with pytest.raises(ValueError, match=msg):
         UnknownDomainBinaryTree(horizon=1, sigma=1, delta_item=0.5)
@@ -68,4 +70,4 @@ def test_delta_item_over_horizon_of_one_half_is_refused():
     tree = UnknownDomainBinaryTree(horizon=1, sigma=1, delta_item=0.49)
     assert tree.levels == 1
     # Φ⁻¹(0.51) = 0.0250689…
-    assert tree.threshold == pytest.approx(1 + math.sqrt(2) * 0.0250689, abs=1e-6)
+    assert tree.threshold == pytest.approx(1 + 0.0250689, abs=1e-6)

@@ -1,12 +1,19 @@
 """Continual counts over an unknown domain, user level (001 §4.3 Thm 11 + DESIGN.md §3).
 
 Per window: contribution bounding (≤ Δ0 distinct items per user per window, ≤ C per (user, item) over the horizon),
-then the unknown-domain binary-mechanism tree over items. Cost per user per window (DESIGN.md §3):
+then the unknown-domain binary-mechanism tree over items. Cost per user per window:
 
-    (#items the user contributes to for the first time in this epoch) × (ρ = C²·⌈log2(L+1)⌉/(2σ²), δ = δ_item)
+    (#items the user contributes to for the first time in this epoch) × (ρ = Δ2²(C, L)/(2σ²), δ = δ_item)
 
-Later contributions to an item (up to C) are free. The running count of every selected item is published at every
-window (sticky selection), as an integer.
+with Δ2²(C, L) the exact worst case of a user's node contributions (``binary_tree.node_sensitivity_sq``: levels
+for C = 1, ≤ C²·⌈log2(L+1)⌉). Later contributions to an item (up to C) are free. The running count of every
+selected item is published at every window (sticky selection), as an integer.
+
+Release rule 2 (2026-12-07): the exact Δ2² for C > 1 (it was C²·levels) and the threshold's √P, P the largest
+popcount of a window number ≤ L (it was √(levels+1)). Both are tighter and both sound; a checkpoint written under
+rule 1 carries no ``release_rule`` in its release parameters and is refused at restore (``release_parameters.py``:
+its tree and its users' charges were made under the old rule), so a deployment moves to rule 2 with a new
+deployment (new consumer group and query ids), never in the middle of an epoch.
 """
 
 from __future__ import annotations
@@ -87,6 +94,12 @@ class ContinualCounts(WindowQuery):
         }
         return QueryRelease(values=values, meta={"selected": int(sel.size), "new_selected": len(values["new_items"])})
 
+    #: the version of the cost and threshold rule (module docstring); a release parameter
+    RELEASE_RULE = 2
+
+    def parameters(self) -> dict:
+        return {**super().parameters(), "release_rule": self.RELEASE_RULE}
+
     public_cost_basis = "per user, this window: at most max_items_per_window first contributions"
 
     def public_cost(self, rel):
@@ -112,4 +125,5 @@ class ContinualCounts(WindowQuery):
     def describe(self) -> dict:
         return {**super().describe(), "sigma": self.sigma, "horizon": self.horizon, "delta_item": self.delta_item,
                 "threshold": self.threshold, "rho_per_item": self.item_cost.zcdp_rho,
+                "release_rule": self.RELEASE_RULE,
                 "max_items_per_window": self.bounder.delta0, "max_per_item": self.bounder.cap}
