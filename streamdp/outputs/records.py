@@ -72,9 +72,12 @@ class ReleaseRecord:
 
     @classmethod
     def build(cls, q, w, rel, costs: np.ndarray) -> "ReleaseRecord":
+        cost = public_cost_dict(q.public_cost(rel), q.public_cost_basis)
+        extra = getattr(q, "public_cost_extra", None)  # a cost in a notion the budget store does not hold
+        if extra is not None:
+            cost.update(extra(rel))
         return cls(query=q.id, kind=q.kind, epoch=w.epoch, t=w.t, seq=w.seq, start=w.start, end=w.end,
-                   values=rel.values, cost=public_cost_dict(q.public_cost(rel), q.public_cost_basis),
-                   meta=dict(rel.meta), realized=cost_summary(costs))
+                   values=rel.values, cost=cost, meta=dict(rel.meta), realized=cost_summary(costs))
 
     def to_dict(self) -> dict:
         return {

@@ -7,7 +7,7 @@ in arrival order 90, 90, 90, 10 (true mean 70); array_averaging with m_ub = 1 at
 import orjson
 
 from streamdp.accounting.cost import Cost
-from streamdp.engine.queries.grid_means import GridMeans
+from streamdp.engine.queries.grid_means_bounded import BoundedGridMeans
 from engine_helpers import engine, run
 
 
@@ -16,8 +16,8 @@ def ev(user, ts, value, loc):
 
 
 def test_tied_timestamps_do_not_keep_the_smallest_values():
-    q = GridMeans("g", epsilon=200.0, upper=100.0, estimator="array_averaging", m_ub=1,
-                  cells="grid", cell_size=1.0)
+    q = BoundedGridMeans("g", epsilon=200.0, upper=100.0, estimator="array_averaging", m_ub=1,
+                         cells="grid", cell_size=1.0, bounded_budget_rho=1e6)
     e, _ = engine([q], Cost.zcdp(1e9, 1.0), seed=3)
     payloads = []
     for i in range(60):

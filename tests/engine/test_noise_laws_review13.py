@@ -17,7 +17,7 @@ from scipy import stats
 
 from streamdp.accounting.cost import Cost
 from streamdp.engine.queries.geo import GeoKNN, GeoLocations
-from streamdp.engine.queries.grid_means import GridMeans
+from streamdp.engine.queries.grid_means_bounded import BoundedGridMeans
 from streamdp.noise.generator import unsafe_seeded_generator
 from engine_helpers import engine, run
 
@@ -34,8 +34,8 @@ def ev(user, ts, value, loc):
                                                 ("array_averaging", "wraparound")])
 def test_grid_means_engine_noise_given_interval(estimator, grouping):
     eps, U, n_cells, n_users = 1.0, 100.0, 1500, 25
-    q = GridMeans("g", epsilon=eps, upper=U, estimator=estimator, grouping=grouping, m_ub=1, cells="grid",
-                  cell_size=1.0)
+    q = BoundedGridMeans("g", epsilon=eps, upper=U, estimator=estimator, grouping=grouping, m_ub=1, cells="grid",
+                         cell_size=1.0, bounded_budget_rho=1e6)
     e, _ = engine([q], Cost.zcdp(1e12, 1.0), seed=77)
     g = np.random.default_rng(5)
     vals = g.uniform(30, 60, (n_cells, n_users))

@@ -76,10 +76,21 @@ kbar = 3
 id = "gm"
 kind = "grid_means"
 cells = "item"
+rho = 0.125
+m_ub = 2
+upper = 100.0
+delta_cell = 1e-9
+
+[[query]]
+id = "gmb"
+kind = "grid_means"
+neighbours = "bounded_unsafe_presence"
+cells = "item"
 estimator = "baseline"
 epsilon = 0.5
 upper = 100.0
 min_users = 2
+bounded_budget_rho = 1.0
 
 [[query]]
 id = "geo"

@@ -1,42 +1,31 @@
-"""User-level mean of a value per (cell, window) — 002 (per-grid means) as a query kind of the service.
+"""User-level mean of a value per (cell, window) — the ``grid_means`` query kind, presence protected by default.
 
-A *grid* of 002 is a (cell, window) pair here (notes/002.md). Cells come either from a square grid over the event's
-``loc`` (``cells = "grid"``: cell (ix, iy) with ix = ⌊(loc[0] − origin[0]) / cell_size⌋, iy likewise on loc[1];
-key ``"ix,iy"``) or from the event's FIRST item (``cells = "item"``: key = the item's name; further items of the
-event are ignored by this query). The value is the event's ``value``, clipped to [0, U]. Events without a value —
-or without a usable cell (no ``loc`` in grid mode, no item in item mode, or a grid index beyond ±2⁵²) — are
-ignored by this query and make nobody pay for it.
+Cells come either from a square grid over the event's ``loc`` (``cells = "grid"``: cell (ix, iy) with
+ix = ⌊(loc[0] − origin[0]) / cell_size⌋, iy likewise on loc[1]; key ``"ix,iy"``) or from the event's FIRST item
+(``cells = "item"``: key = the item's name; further items of the event are ignored by this query). The value is
+the event's ``value``, clipped to [0, U]. Events without a value — or without a usable cell (no ``loc`` in grid
+mode, no item in item mode, a grid index beyond ±2⁵², or, with a public cell list, a cell not on it) — are ignored
+by this query and make nobody pay for it.
 
-For every cell with at least ``min_users`` admitted users, one of the five pure ε-DP estimators of 002
-(:mod:`streamdp.mechanisms.grid_means`) releases the cell's mean at ε per (cell, window).
+Neighbours (``neighbours``):
 
-Cost (002 Thm II.3 — per-grid accounting): the release of one grid at ε charges only the users present in it,
-the estimator's zCDP cost per cell ρ_cell (``GridMeanEstimator.cost``: ε²/2 for baseline and array averaging, one
-Laplace release, 001 Thm 3; 5ε²/32 for Levy and 9ε²/64 for the quantile estimators, whose interval step is an
-exponential mechanism, 001 Thm 5, composed with the Laplace mean in zCDP), and zCDP composes additively, so a
-user with values in k released cells of a window pays k·ρ_cell (each cell's ρ_cell rounded up to the fixed-point
-grid separately). Users without values pay
-nothing. A user reserves ρ_cell for every cell they have values in — a function of their own data only, so a
-user the filter refuses cannot change another user's admission (review of 2026-11-23: reserving only over cells
-with ≥ ``min_users`` users before admission let a refused user's data raise another user's reservation and halt
-them). With the default ``min_users = 1`` the reservation equals the actual cost. With ``min_users > 1`` the cells
-with fewer than ``min_users`` ADMITTED users are not released and their users are settled down to what they
-actually paid (the actual cost also depends on how many admitted users share the cell — public under the model
-below).
-
-Privacy model — INHERITED FROM 002 AND WEAKER THAN DESIGN.md §3: 002's guarantee is for *bounded* neighbours
-(the same users with the same numbers of samples; only values change). Per-cell user and sample counts are
-therefore treated as public: which cells are released, ``min_users`` suppression, the estimators' m_UB, K̄ and
-noise scales, and (with ``publish_counts``) the published counts all depend on them without any charge. A user's
-*presence* in a cell (and how many values they have there) is NOT protected by this query kind — weaker than
-DESIGN §3's user-level guarantee for presence. Only the values are protected at ε per (cell, window).
+* ``"add_remove"`` (the default, :class:`GridMeans`): two streams differ by all the events of one user, as for every
+  other kind. Per cell a noisy clipped sum and a noisy clipped count (:class:`~streamdp.mechanisms.grid_means.
+  sum_count.ClippedSumCount`: m_UB values per user per cell, discrete Gaussian noise on integers), the mean
+  released as their ratio, and the cells either selected privately (``cell_selection = "threshold"``: a cell is
+  released iff its noisy count exceeds T = m_UB + σ_N·√(2 ln(1/δ_cell)), Rogers' unknown-domain histogram) or
+  taken from a configured public list (``"listed"``). Cost in ``zcdp``, per user, per (cell, window) where they
+  have values: ρ·(a/m_UB)² for a kept values (a ≤ m_UB), plus δ_cell with private selection — a function of the
+  configuration and of the user's own numbers of values only. The reservation is the actual cost.
+* ``"bounded_unsafe_presence"`` (:class:`~streamdp.engine.queries.grid_means_bounded.BoundedGridMeans`): the
+  bounded estimators of the IoT-means paper, which protect values only and publish presence; charged in a
+  separate notion, never in ``zcdp`` (see that module).
 
 Determinism: a cell's samples are ordered by (user, event time, value), and samples tied in event time are then
-put in a uniformly random order (the engine's generator), before estimation — the clipping estimators keep a
-user's first min(m_ℓ, m_UB) values, i.e. the earliest ones, a random subset of a tied burst — and the cells are processed in the
-order of their keys ((ix, iy) numerically; item names lexicographically), so the noise drawn for a cell does not
-depend on the interning of item names. Users are ordered by their interned id (first-seen order), which breaks the
-ties of the BestFit/WrapAround sort (002 §III-A).
+put in a uniformly random order (the engine's generator), before clipping keeps a user's first min(m_ℓ, m_UB)
+values — the earliest ones, a random subset of a tied burst; the cells are processed in the order of their keys
+((ix, iy) numerically; item names lexicographically), so the noise drawn for a cell does not depend on the
+interning of item names.
 """
 
 from __future__ import annotations
@@ -49,89 +38,46 @@ import numpy as np
 
 from streamdp.accounting.cost import Cost
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
-from streamdp.mechanisms.grid_means import (
-    ArrayAveraging,
-    Baseline,
-    FixedQuantile,
-    GridMeanEstimator,
-    GridValues,
-    Levy,
-    OptimizedQuantile,
-)
-from streamdp.mechanisms.grid_means.clipping import check_m_ub
-from streamdp.mechanisms.grid_means.data import check_epsilon, check_upper
+from streamdp.mechanisms.grid_means.data import check_upper
+from streamdp.mechanisms.grid_means.sum_count import ClippedSumCount
 
-__all__ = ["GridMeans", "ESTIMATOR_NAMES", "grid_means_cost", "make_estimator", "MAX_GRID_INDEX"]
-
-#: configuration name → estimator class (002 §III-B … §III-E)
-ESTIMATOR_NAMES: dict[str, type[GridMeanEstimator]] = {
-    "baseline": Baseline,
-    "array_averaging": ArrayAveraging,
-    "levy": Levy,
-    "fixed_quantile": FixedQuantile,
-    "optimized_quantile": OptimizedQuantile,
-}
+__all__ = ["GridMeans", "CellQuery", "MAX_GRID_INDEX", "CELL_SELECTIONS"]
 
 #: grid indices beyond ±2⁵² are not exactly representable after the float floor: such events are ignored
 MAX_GRID_INDEX = float(2**52)
 
-
-def grid_means_cost(epsilon: float, n_cells: int = 1, estimator: str = "baseline") -> Cost:
-    """A user's cost for a window in which they have values in ``n_cells`` released cells.
-
-    002 Thm II.3 (per-grid accounting): each (cell, window) release charges only the users in that cell, the
-    estimator's per-cell zCDP cost (``GridMeanEstimator.cost``: ε²/2 for one Laplace release, 001 Thm 3; less for
-    Levy / Quantile, module doc); composition adds (001 Thm 6) ⇒ n_cells·ρ_cell, δ = 0."""
-    if isinstance(n_cells, bool) or int(n_cells) != n_cells or n_cells < 0:
-        raise ValueError(f"n_cells must be an integer ≥ 0, got {n_cells!r}")
-    if estimator not in ESTIMATOR_NAMES:
-        raise ValueError(f"estimator must be one of {sorted(ESTIMATOR_NAMES)}, got {estimator!r}")
-    return ESTIMATOR_NAMES[estimator].cost_at(check_epsilon(epsilon)) * int(n_cells)
-
-
-def make_estimator(estimator: str, epsilon: float, upper: float, grouping: str | None = None,
-                   m_ub: str | int | None = None) -> GridMeanEstimator:
-    """The configured estimator. ``grouping``/``m_ub`` = None → the estimator's default (BestFit; m_UB = median
-    for array averaging, eq. (10) for Levy and the quantile estimators). Baseline takes neither."""
-    if estimator not in ESTIMATOR_NAMES:
-        raise ValueError(f"estimator must be one of {sorted(ESTIMATOR_NAMES)}, got {estimator!r}")
-    cls = ESTIMATOR_NAMES[estimator]
-    if cls is Baseline:
-        if grouping is not None:
-            raise ValueError("grouping is not used by estimator 'baseline' (leave it unset)")
-        if m_ub is not None:
-            raise ValueError("m_ub is not used by estimator 'baseline' (leave it unset)")
-        return Baseline(epsilon, upper)
-    if grouping is not None and grouping not in ("bestfit", "wraparound"):
-        raise ValueError(f"grouping must be 'bestfit' or 'wraparound', got {grouping!r}")
-    rule = None if m_ub is None else check_m_ub(m_ub)
-    return cls(epsilon, upper, grouping=grouping or "bestfit", m_ub=rule)
+CELL_SELECTIONS = ("threshold", "listed")
 
 
 @dataclass
-class _Prepared:
-    """The query's usable rows of one window (before admission)."""
+class Prepared:
+    """A grid-means query's usable rows of one window (before admission)."""
 
     user: np.ndarray  # int64 interned user id per usable event
     cell: np.ndarray  # int64 index into ``table`` per usable event
-    value: np.ndarray  # float64 (unclipped; GridValues clips)
+    value: np.ndarray  # float64 (unclipped)
     ts: np.ndarray  # float64
     table: np.ndarray  # grid: int64 (n_cells, 2) sorted rows (ix, iy); item: int64 item ids (sorted)
 
 
-class GridMeans(WindowQuery):
-    """Per-(cell, window) user-level means (002). See the module docstring for cells, cost and privacy model."""
+@dataclass
+class Ordered:
+    """Admitted samples in canonical order: by cell rank, user, event time (ties random), value."""
+
+    user: np.ndarray
+    rank: np.ndarray  # the cell's rank in key order
+    value: np.ndarray
+    pair_start: np.ndarray  # index of each (cell, user) run's first sample
+    pair_count: np.ndarray  # its length m_ℓ
+    keys: list[str]  # cell key by rank
+
+
+class CellQuery(WindowQuery):
+    """The cell mapping shared by both grid-means variants (module docstring)."""
 
     kind = "grid_means"
-    notion = "zcdp"
 
-    def __init__(self, query_id: str, *, epsilon: float, upper: float, estimator: str = "baseline",
-                 cells: str = "grid", cell_size: float | None = None, origin: Sequence[float] | None = None,
-                 grouping: str | None = None, m_ub: str | int | None = None, min_users: int = 1,
-                 publish_counts: bool = True) -> None:
-        super().__init__(query_id)
-        self.epsilon = check_epsilon(epsilon)
-        self.upper = check_upper(upper)
+    def _init_cells(self, cells: str, cell_size: float | None, origin: Sequence[float] | None) -> None:
         if cells not in ("grid", "item"):
             raise ValueError(f"cells must be 'grid' or 'item', got {cells!r}")
         self.cells = cells
@@ -154,18 +100,7 @@ class GridMeans(WindowQuery):
                 raise ValueError("origin is only used when cells = 'grid'")
             self.cell_size = None
             self.origin = None
-        if isinstance(min_users, bool) or int(min_users) != min_users or min_users < 1:
-            raise ValueError(f"min_users must be an integer ≥ 1, got {min_users!r}")
-        self.min_users = int(min_users)
-        self.publish_counts = bool(publish_counts)
-        self.estimator_name = estimator
-        self.estimator = make_estimator(estimator, self.epsilon, self.upper, grouping, m_ub)
-        self.grouping = grouping
-        self.m_ub = m_ub
-        self.cell_cost = self.estimator.cost()  # per (cell, window) — 002 Thm II.3; 001 Thm 3 / Thm 5 (module doc)
-        self.cell_cost_fixed = self.cell_cost.to_fixed()
 
-    # ------------------------------------------------------------------------------------------ cells
     def _usable(self, w: WindowData) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Rows of usable events, their cell index and the cell table (canonically ordered)."""
         ok = ~np.isnan(w.value)
@@ -193,47 +128,24 @@ class GridMeans(WindowQuery):
         return items.names(table)
 
     @staticmethod
-    def _pairs(cell: np.ndarray, user: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The distinct (cell, user) pairs, sorted by cell then user."""
+    def _pairs(cell: np.ndarray, user: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct (cell, user) pairs, sorted by cell then user, and each pair's number of rows."""
         order = np.lexsort((user, cell))
         cs, us = cell[order], user[order]
         new = np.ones(cs.size, dtype=bool)
         new[1:] = (cs[1:] != cs[:-1]) | (us[1:] != us[:-1])
-        return cs[new], us[new]
+        starts = np.flatnonzero(new)
+        return cs[starts], us[starts], np.diff(np.append(starts, cs.size))
 
-    # ------------------------------------------------------------------------------------------ engine steps
-    def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
+    def _prepared(self, w: WindowData) -> Prepared | None:
         usable = self._usable(w)
         if usable is None:
-            return Reservation.empty()
+            return None
         rows, cell, table = usable
-        user = w.user_ids[rows]
-        pair_cell, pair_user = self._pairs(cell, user)
-        # every cell the user has values in, whatever its count: which cells reach min_users is decided after
-        # admission, from admitted users only (a refused user's data must not raise anyone's reservation)
-        users, n_cells = np.unique(pair_user, return_counts=True)
-        # 002 Thm II.3: ε²/2 per cell the user has values in (k cells → k·ε²/2), fixed point, rounded up per cell
-        costs = n_cells.astype(np.int64)[:, None] * self.cell_cost_fixed[None, :]
-        prepared = _Prepared(user=user, cell=cell, value=w.value[rows], ts=w.ts[rows], table=table)
-        return Reservation(users=users, costs=costs, private=prepared)
+        return Prepared(user=w.user_ids[rows], cell=cell, value=w.value[rows], ts=w.ts[rows], table=table)
 
-    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
-                items: Names) -> QueryRelease:
-        p: _Prepared | None = res.private
-        empty = QueryRelease(values={"cells": {}}, users=np.zeros(0, dtype=np.int64),
-                             actual=np.zeros((0, self.cell_cost_fixed.size), dtype=np.int64),
-                             meta={"selected": 0, "suppressed": 0})
-        if p is None:
-            return empty
-        adm = admitted[p.user]  # halted users' data never reaches an estimator
-        n_cells_with_data = int(np.unique(p.cell[adm]).size)  # cells holding admitted users' values
-        keep = adm
-        charged_users = res.users[admitted[res.users]]
-        if not keep.any():
-            empty.users = charged_users
-            empty.actual = np.zeros((charged_users.size, self.cell_cost_fixed.size), dtype=np.int64)
-            empty.meta["suppressed"] = n_cells_with_data
-            return empty
+    def _ordered(self, p: Prepared, keep: np.ndarray, rng: np.random.Generator, items: Names) -> Ordered:
+        """The kept rows of ``p`` in canonical order (module docstring), with their (cell, user) runs."""
         user, cell, value, ts = p.user[keep], p.cell[keep], p.value[keep], p.ts[keep]
         keys = self._cell_keys(p.table, items)
         if self.cells == "grid":
@@ -249,60 +161,23 @@ class GridMeans(WindowQuery):
         u, c, t = user[order], rank[cell][order], ts[order]
         if u.size > 1 and bool(((u[1:] == u[:-1]) & (c[1:] == c[:-1]) & (t[1:] == t[:-1])).any()):
             order = order[np.lexsort((rng.random(u.size), t, u, c))]
-        user, cell, value = user[order], cell[order], value[order]
+        user, crank, value = user[order], rank[cell][order], value[order]
         new = np.ones(user.size, dtype=bool)
-        new[1:] = (cell[1:] != cell[:-1]) | (user[1:] != user[:-1])
+        new[1:] = (crank[1:] != crank[:-1]) | (user[1:] != user[:-1])
         pair_start = np.flatnonzero(new)
         pair_count = np.diff(np.append(pair_start, user.size))
-        pair_cell, pair_user = cell[pair_start], user[pair_start]
-        users_per_cell = np.bincount(pair_cell, minlength=len(keys))
-        released = users_per_cell >= self.min_users  # admitted users only
-        # cells appear in rank order in the sorted arrays: walk their runs in pair space
-        cell_new = np.ones(pair_cell.size, dtype=bool)
-        cell_new[1:] = pair_cell[1:] != pair_cell[:-1]
-        cell_pair_start = np.append(np.flatnonzero(cell_new), pair_cell.size)
-        sample_start = np.append(pair_start, user.size)
-        out: dict[str, dict[str, Any]] = {}
-        for j in range(cell_pair_start.size - 1):
-            a, b = int(cell_pair_start[j]), int(cell_pair_start[j + 1])
-            c = int(pair_cell[a])
-            if not released[c]:
-                continue
-            s0, s1 = int(sample_start[a]), int(sample_start[b])
-            gv = GridValues.from_concatenated(value[s0:s1], pair_count[a:b], self.upper,
-                                              user_ids=pair_user[a:b].tolist())
-            r = self.estimator.release(gv, rng)  # ε-DP; cost: self.cell_cost per user in gv
-            out[keys[c]] = self._cell_value(r, gv)
-        # actual cost: ε²/2 per released cell per admitted user (002 Thm II.3); ≤ the reservation
-        rel_pair_user = pair_user[released[pair_cell]]
-        k = np.zeros(charged_users.size, dtype=np.int64)
-        if rel_pair_user.size:
-            uu, cnt = np.unique(rel_pair_user, return_counts=True)
-            k[np.searchsorted(charged_users, uu)] = cnt
-        actual = k[:, None] * self.cell_cost_fixed[None, :]
-        n_rel = len(out)
-        return QueryRelease(values={"cells": out}, users=charged_users, actual=actual,
-                            meta={"selected": n_rel, "suppressed": n_cells_with_data - n_rel})
+        by_rank = [""] * len(keys)
+        for k, r in zip(keys, rank.tolist()):
+            by_rank[r] = k
+        return Ordered(user=user, rank=crank, value=value, pair_start=pair_start, pair_count=pair_count,
+                       keys=by_rank)
 
-    def _cell_value(self, r, gv: GridValues) -> dict[str, Any]:
-        d: dict[str, Any] = {"mean": float(r.value), "estimator": r.estimator}
-        if self.publish_counts:
-            # public by the inherited 002 assumption (bounded DP: counts are public) — see the module docstring
-            d["users"] = gv.n_users
-            d["samples"] = gv.n_values
-            d["noise_scale"] = float(r.noise_scale)
-            if r.m_ub is not None:
-                d["m_ub"] = int(r.m_ub)
-                d["arrays"] = int(r.n_arrays)
-            if r.interval is not None:
-                d["interval"] = [float(r.interval[0]), float(r.interval[1])]
+    def _describe_cells(self) -> dict:
+        d: dict = {"cells": self.cells}
+        if self.cells == "grid":
+            d["cell_size"] = self.cell_size
+            d["origin"] = list(self.origin)
         return d
-
-    # ------------------------------------------------------------------------------------------ state
-    public_cost_basis = "per user, per (cell, window) released in which the user has values (002 Thm II.3)"
-
-    def public_cost(self, rel):
-        return self.cell_cost
 
     def state(self) -> dict:
         return {}  # stateless across windows: every (cell, window) is released once, from its own data
@@ -310,14 +185,160 @@ class GridMeans(WindowQuery):
     def load_state(self, d: dict) -> None:
         return None
 
-    def describe(self) -> dict:
-        d = {**super().describe(), "epsilon": self.epsilon, "upper": self.upper, "estimator": self.estimator_name,
-             "cells": self.cells, "min_users": self.min_users, "publish_counts": self.publish_counts,
-             "rho_per_cell": self.cell_cost.zcdp_rho}
+
+def _grid_key(key: str) -> tuple[int, int]:
+    try:
+        a, b = key.split(",")
+        ix, iy = int(a), int(b)
+    except (ValueError, AttributeError):
+        raise ValueError(f"cell_list: a grid cell is 'ix,iy' (two integers), got {key!r}") from None
+    if abs(ix) >= MAX_GRID_INDEX or abs(iy) >= MAX_GRID_INDEX:
+        raise ValueError(f"cell_list: grid indices must be below 2**52 in absolute value, got {key!r}")
+    return ix, iy
+
+
+class GridMeans(CellQuery):
+    """Per-(cell, window) user-level means under add/remove neighbours (module docstring)."""
+
+    notion = "zcdp"
+    neighbours = "add_remove"
+
+    def __init__(self, query_id: str, *, upper: float, rho: float, m_ub: int = 1, sum_share: float = 0.5,
+                 cell_selection: str = "threshold", delta_cell: float | None = 1e-6,
+                 cell_list: Sequence[str] | None = None, cells: str = "grid", cell_size: float | None = None,
+                 origin: Sequence[float] | None = None) -> None:
+        super().__init__(query_id)
+        self.upper = check_upper(upper)
+        self._init_cells(cells, cell_size, origin)
+        self.mechanism = ClippedSumCount(self.upper, m_ub, rho, sum_share)
+        self.m_ub, self.rho, self.sum_share = self.mechanism.m_ub, self.mechanism.rho, self.mechanism.sum_share
+        if cell_selection not in CELL_SELECTIONS:
+            raise ValueError(f"cell_selection must be one of {CELL_SELECTIONS}, got {cell_selection!r}")
+        self.cell_selection = cell_selection
+        if cell_selection == "threshold":
+            if cell_list is not None:
+                raise ValueError("cell_list is only used when cell_selection = 'listed'")
+            if delta_cell is None:
+                raise ValueError("delta_cell is required when cell_selection = 'threshold'")
+            self.delta_cell: float | None = float(delta_cell)
+            self.threshold: float | None = self.mechanism.threshold(self.delta_cell)
+            self.cell_list: tuple[str, ...] | None = None
+        else:
+            if not cell_list or isinstance(cell_list, str):
+                raise ValueError("cell_list: a non-empty list of cell keys is required when cell_selection = "
+                                 "'listed'")
+            keys = [str(k) for k in cell_list]
+            if any(not k for k in keys):
+                raise ValueError("cell_list: cell keys must be non-empty strings")
+            if len(set(keys)) != len(keys):
+                raise ValueError("cell_list: cell keys must be distinct")
+            if cells == "grid":
+                pairs = sorted(_grid_key(k) for k in keys)
+                self._listed_grid = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+                keys = [f"{ix},{iy}" for ix, iy in pairs]  # canonical text and order
+            else:
+                keys = sorted(keys)
+            self.cell_list = tuple(keys)
+            self.delta_cell = None
+            self.threshold = None
+        self._items: Names | None = None
+        self._cost_table = self.mechanism.cost_table(self.delta_cell or 0.0)
+
+    # ------------------------------------------------------------------------------------------ cells
+    def bind_names(self, items: Names) -> None:
+        """The engine's item names (to match item cells against the public list before admission)."""
+        self._items = items
+
+    def _listed_mask(self, p: Prepared) -> np.ndarray:
+        """Which cells of ``p.table`` are on the public list."""
         if self.cells == "grid":
-            d["cell_size"] = self.cell_size
-            d["origin"] = list(self.origin)
-        if self.estimator_name != "baseline":
-            d["grouping"] = self.estimator.grouping
-            d["m_ub"] = self.estimator.m_ub_rule if self.m_ub is not None else "auto"
+            t = p.table
+            a = np.ascontiguousarray(t).view([("x", np.int64), ("y", np.int64)]).ravel()
+            b = np.ascontiguousarray(self._listed_grid).view([("x", np.int64), ("y", np.int64)]).ravel()
+            return np.isin(a, b)
+        if self._items is None:
+            raise RuntimeError("grid_means with cells = 'item' and a cell list needs the engine's item names "
+                               "(bind_names) before prepare")
+        listed = set(self.cell_list)
+        return np.array([n in listed for n in self._items.names(p.table)], dtype=bool)
+
+    # ------------------------------------------------------------------------------------------ engine steps
+    def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
+        p = self._prepared(w)
+        if p is None:
+            return Reservation.empty()
+        if self.cell_selection == "listed":
+            on = self._listed_mask(p)[p.cell]
+            if not on.any():
+                return Reservation.empty()
+            if not on.all():
+                p = Prepared(user=p.user[on], cell=p.cell[on], value=p.value[on], ts=p.ts[on], table=p.table)
+        # per (cell, user): a = min(m, m_UB) kept values; cost row a of the table (ρ·a²/m_UB², δ_cell)
+        _, pair_user, pair_m = self._pairs(p.cell, p.user)
+        rows = self._cost_table[np.minimum(pair_m, self.m_ub)]
+        order = np.argsort(pair_user, kind="stable")
+        pu = pair_user[order]
+        starts = np.flatnonzero(np.concatenate(([True], pu[1:] != pu[:-1])))
+        costs = np.add.reduceat(rows[order], starts, axis=0)
+        return Reservation(users=pu[starts], costs=costs, private=p)
+
+    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
+                items: Names) -> QueryRelease:
+        p: Prepared | None = res.private
+        mech = self.mechanism
+        if p is not None:
+            keep = admitted[p.user]  # halted users' data never reaches the mechanism
+            o = self._ordered(p, keep, rng, items) if keep.any() else None
+        else:
+            o = None
+        if o is not None:
+            # clipping: the first min(m_ℓ, m_UB) values of each (cell, user) run
+            pos = np.arange(o.user.size) - np.repeat(o.pair_start, o.pair_count)
+            kept = pos < self.m_ub
+            c = mech.quantize(o.value[kept])
+            r = o.rank[kept]
+            n_cells = len(o.keys)
+            sums = np.zeros(n_cells, dtype=np.int64)
+            counts = np.bincount(r, minlength=n_cells).astype(np.int64)
+            if r.size:
+                starts = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+                sums[r[starts]] = np.add.reduceat(c, starts)
+            present = counts > 0
+            keys = [k for k, on in zip(o.keys, present.tolist()) if on]
+            sums, counts = sums[present], counts[present]
+        else:
+            keys, sums, counts = [], np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if self.cell_selection == "listed":
+            # every listed cell, in key order; zeros where nobody admitted has values (noise is still added)
+            at = {k: i for i, k in enumerate(keys)}
+            idx = [at.get(k, -1) for k in self.cell_list]
+            s_all = np.array([sums[i] if i >= 0 else 0 for i in idx], dtype=np.int64)
+            n_all = np.array([counts[i] if i >= 0 else 0 for i in idx], dtype=np.int64)
+            keys, sums, counts = list(self.cell_list), s_all, n_all
+        noisy_s, noisy_n = mech.noise(rng, sums, counts)  # ρ·(a/m_UB)² per user per cell: the reservation
+        if self.cell_selection == "threshold":
+            sel = noisy_n > self.threshold  # post-processing of the noisy counts (Rogers Alg. 1)
+            keys = [k for k, s in zip(keys, sel.tolist()) if s]
+            noisy_s, noisy_n = noisy_s[sel], noisy_n[sel]
+        cells = dict(zip(keys, mech.publish(noisy_s, noisy_n)))
+        values = {"cells": cells, "threshold": self.threshold, "sum_sd": mech.sum_sd,
+                  "count_sd": mech.sigma_count}
+        return QueryRelease(values=values, meta={"selected": len(cells)})
+
+    # ------------------------------------------------------------------------------------------ describe
+    public_cost_basis = ("per user, per (cell, window) in which the user has values: rho*(a/m_ub)^2 <= rho for a "
+                         "kept values, and delta_cell with private cell selection")
+
+    def public_cost(self, rel):
+        return Cost.zcdp(self.rho, self.delta_cell or 0.0)
+
+    def describe(self) -> dict:
+        d = {**super().describe(), "neighbours": self.neighbours, "upper": self.upper, "rho": self.rho,
+             "m_ub": self.m_ub, "sum_share": self.sum_share, "cell_selection": self.cell_selection,
+             "sum_sd": self.mechanism.sum_sd, "count_sd": self.mechanism.sigma_count, **self._describe_cells()}
+        if self.cell_selection == "threshold":
+            d["delta_cell"] = self.delta_cell
+            d["threshold"] = self.threshold
+        else:
+            d["cell_list"] = list(self.cell_list)
         return d
