@@ -4,6 +4,13 @@ Each count gets independent Lap(b) noise. A count that changes by at most Δ∞ 
 (Δ∞/b)²/2-zCDP (001 Thm 3); a user changes at most Δ0 counts, so by composition over the differing counts
 (001 Thm 6) the histogram release is ρ = Δ0·(Δ∞/b)²/2-zCDP. This is **not** the ℓ1 route (Δ1 = Δ0Δ∞ gives
 (Δ0Δ∞/b)-DP, i.e. Δ0²(Δ∞/b)²/2-zCDP — worse by a factor Δ0; see the discussion after 001 Thm 7).
+
+:class:`LaplaceMechanism` releases as the service does — never float noise on a float: integer counts get the
+discrete Laplace Lap_Z(b) (an integer change of at most Δ∞ has ratio e^{Δ∞/b}: the same (Δ∞/b) per count; Δ∞ must
+then be an integer); real values get the granular Laplace of :mod:`streamdp.mechanisms.granular_laplace` per
+coordinate, g·(rint(v/g) + Lap_Z(k/ε)) with ε = Δ∞/b and k = ⌊Δ∞/g⌋ + 1, whose loss is exactly ε per count (its
+noise scale g·k/ε is at most (1 + 2⁻³⁰)·b). Noise from the secure generator; any other generator only with
+``unsafe_rng=True``.
 """
 
 from __future__ import annotations
@@ -13,7 +20,10 @@ import math
 import numpy as np
 
 from streamdp.accounting.cost import Cost
+from streamdp.mechanisms.granular_laplace import laplace_granularity
 from streamdp.noise import samplers
+from streamdp.noise.discrete import MAX_SCALE
+from streamdp.noise.generator import checked_generator
 
 __all__ = ["laplace_cost", "laplace_pure_epsilon", "LaplaceMechanism"]
 
@@ -62,8 +72,35 @@ class LaplaceMechanism:
     def cost(self) -> Cost:
         return laplace_cost(self.b, self.linf_sensitivity, self.l0_sensitivity)
 
-    def release(self, rng: np.random.Generator, values) -> np.ndarray:
-        v = np.asarray(values, dtype=np.float64)
-        if not np.all(np.isfinite(v)):
-            raise ValueError("values must be finite")
-        return v + samplers.laplace(rng, self.b, v.shape)
+    def release(self, values, rng: np.random.Generator | None = None, *, unsafe_rng: bool = False) -> np.ndarray:
+        """``values`` + noise per count: int64 for an integer array (discrete Laplace; Δ∞ must be an integer),
+        float64 on the grid otherwise (module docstring). ``rng`` as for
+        :func:`~streamdp.noise.generator.checked_generator`."""
+        if isinstance(values, np.random.Generator):
+            raise TypeError("release(values, rng=None): the values come first (a generator was passed as values)")
+        g = checked_generator(rng, unsafe_rng)
+        v = np.asarray(values)
+        if v.dtype.kind in "iu":
+            if not float(self.linf_sensitivity).is_integer():
+                raise ValueError("integer values need an integer linf_sensitivity (the counts' change)")
+            if self.b > MAX_SCALE:
+                raise ValueError("b must be ≤ 2**40 for integer releases")
+            z = samplers.discrete_laplace(g, self.b, v.shape)
+            return v.astype(np.int64) + np.asarray(z, dtype=np.int64)
+        if v.dtype.kind not in "f" or not np.all(np.isfinite(v)):
+            raise ValueError("values must be finite real numbers (or integers)")
+        eps = self.linf_sensitivity / self.b
+        step = laplace_granularity(self.linf_sensitivity, eps)
+        k = math.floor(self.linf_sensitivity / step) + 1  # integer sensitivity of rint(v/g) per count
+        z = samplers.discrete_laplace(g, k / eps, v.shape)
+        with np.errstate(over="ignore"):
+            out = (np.rint(v.astype(np.float64) / step) + np.asarray(z, dtype=np.float64)) * step
+        if not np.all(np.isfinite(out)):
+            raise ValueError("values are too large for float64 after the noise")
+        return out
+
+
+def _float_release(rng: np.random.Generator, b: float, values) -> np.ndarray:
+    """TESTS ONLY: x + Lap(b) in float64 (the float-on-float sum that leaks through its low bits); never publish."""
+    v = np.asarray(values, dtype=np.float64)
+    return v + samplers.laplace(rng, b, v.shape)

@@ -18,17 +18,40 @@ import numpy as np
 from randomgen import ChaCha
 
 __all__ = ["secure_generator", "unsafe_seeded_generator", "UnsafeSeedWarning", "make_generator",
-           "synthetic_data_generator"]
+           "synthetic_data_generator", "SecureGenerator", "checked_generator"]
 
 
 class UnsafeSeedWarning(UserWarning):
     """Raised (as a warning) whenever a deterministic generator is built: its noise offers no privacy."""
 
 
+class SecureGenerator(np.random.Generator):
+    """A numpy ``Generator`` that :func:`secure_generator` made (ChaCha20 keyed from the OS): the type the public
+    mechanisms accept without an explicit unsafe argument (:func:`checked_generator`)."""
+
+    __slots__ = ()
+
+
 def secure_generator() -> np.random.Generator:
     """A fresh CSPRNG-backed generator keyed from the operating system's entropy (256-bit key)."""
     key = secrets.randbits(256)
-    return np.random.Generator(ChaCha(key=key, rounds=20))
+    return SecureGenerator(ChaCha(key=key, rounds=20))
+
+
+def checked_generator(rng: np.random.Generator | None = None, unsafe_rng: bool = False) -> np.random.Generator:
+    """The generator a public mechanism draws from: a fresh :func:`secure_generator` when ``rng`` is None, ``rng``
+    itself when it is one (a :class:`SecureGenerator`), and any other generator only with ``unsafe_rng=True``
+    (its releases are then as private as that generator is unpredictable — a seeded numpy generator gives none)."""
+    if rng is None:
+        return secure_generator()
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be None or a numpy Generator from streamdp.noise.secure_generator(), got "
+                        f"{type(rng).__name__}")
+    if isinstance(rng, SecureGenerator) or unsafe_rng:
+        return rng
+    raise ValueError("rng is not streamdp's secure generator: pass rng=None (a fresh CSPRNG-backed generator), "
+                     "rng=streamdp.noise.secure_generator(), or unsafe_rng=True for a generator you vouch for (a "
+                     "seeded generator makes the release reproducible, i.e. not private)")
 
 
 def unsafe_seeded_generator(seed: int) -> np.random.Generator:

@@ -29,7 +29,7 @@ def test_laplace_mechanism_adds_lap_b_whatever_the_sensitivities():
     m = LaplaceMechanism(b, linf, l0)
     assert m.cost().zcdp_rho == pytest.approx(8.0, rel=1e-12)
     x = np.linspace(-100.0, 100.0, N)
-    z = m.release(unsafe_seeded_generator(2201), x) - x
+    z = m.release(x, unsafe_seeded_generator(2201), unsafe_rng=True) - x
     assert stats.kstest(z, stats.laplace(scale=1.5).cdf).pvalue > P
     assert stats.kstest(z, stats.laplace(scale=1.5 / 3.0).cdf).pvalue < P  # b/Δ∞
     assert stats.kstest(z, stats.laplace(scale=1.5 / 4.0).cdf).pvalue < P  # b/Δ0
@@ -41,7 +41,7 @@ def test_gaussian_mechanism_adds_n_0_sigma2_whatever_the_sensitivity():
     m = GaussianMechanism(sigma, l2)
     assert m.cost().zcdp_rho == pytest.approx(2.0, rel=1e-12)
     x = np.linspace(-100.0, 100.0, N)
-    z = m.release(unsafe_seeded_generator(2202), x) - x
+    z = m.release(x, unsafe_seeded_generator(2202), unsafe_rng=True) - x
     assert stats.kstest(z, stats.norm(scale=1.5).cdf).pvalue > P
     assert stats.kstest(z, stats.norm(scale=1.5 / 3.0).cdf).pvalue < P  # σ/Δ2
     assert stats.kstest(z, stats.norm(scale=1.5 * 1.05).cdf).pvalue < P  # power: 5 % off
