@@ -10,9 +10,10 @@ confidence radius is h̄_{i,j} = λ(d, β_0/(c·|G_{j−1}|)) / √(2ρ̄_{i,j})
 
 Privacy (000 Lemma 3.3(2), Thm 4.4): a user pays only the rounds actually executed, Σ_{s ≤ j_i} r_{i,s} in CGP
 (ρ per unit²), where j_i is the round in which the user was eliminated (or c). Every round's ṽ_i(j) is drawn on a
-power-of-two grid with discrete Gaussian noise (:func:`gaussian_mechanism`), so the guarantee holds with respect to
-the distance d + max_s a_{i,s}, a_{i,s} = √dim·2^{⌊log2 σ_{i,s}⌋−30} (micrometres for km-scale σ; stated at
-:func:`gaussian_mechanism_cost`). The decision to run round j for user i depends only on earlier outputs
+power-of-two grid with discrete Gaussian noise (:func:`gaussian_mechanism`), so the guarantee is
+Σ_s ρ_{i,s}(d + a_{i,s})² with a_{i,s} = √dim·2^{⌊log2 σ_{i,s}⌋−30}, at most R·(d + A)² with
+A = √(N·dim)·2⁻³⁰/√(2R) over N pieces of total cost R (micrometres for km-scale σ; stated at
+:func:`gaussian_mechanism_cost`, :func:`grid_distance_bound`). The decision to run round j for user i depends only on earlier outputs
 (F_{j−1}-measurable), so the service reserves the worst case r_i and settles to the executed cost (DESIGN.md §3
 "Reserve and settle").
 """
@@ -34,6 +35,7 @@ __all__ = [
     "split_rounds",
     "gaussian_mechanism",
     "gaussian_mechanism_cost",
+    "grid_distance_bound",
     "pie_cost",
     "executed_rho",
     "privacy_savings",
@@ -228,18 +230,34 @@ def gaussian_mechanism_cost(rho: float) -> Cost:
     distance unit. A φ computed in float64 (len_p, Proj_Γ) is 1-Lipschitz up to its own rounding error η, which
     adds 2η to a (granular_gaussian, "Float gaps").
 
-    Composition (PIE, 000 Lemma 3.3, inside the filter, 000 Thm 4.4): user i's rounds s = 1..j_i at ρ_{i,s} with
-    distances a_{i,s} = √m·granularity(1/√(2ρ_{i,s})) give
-    D_α ≤ α·Σ_s ρ_{i,s}(d + a_{i,s})² ≤ α·(Σ_s ρ_{i,s})·(d + max_s a_{i,s})²: the executed cost
-    :func:`pie_cost`(Σ_s ρ_{i,s}) with respect to d + max_s a_{i,s}, max_s a_{i,s} ≤ √m·2⁻³⁰/√(2·min_s ρ_{i,s}).
-    The ρ_{i,s} may be chosen adaptively (000 Alg. 3 from earlier outputs), so a bound that holds on every path
-    takes A = √m·granularity(1/√(2ρ_min)) ≥ every a_{i,s}, ρ_min the smallest round budget the configuration
-    can give (B/(L·c) for an ``even`` split of r_i ≥ B/L over a sequence of L queries, B/(L(2^c − 1)) for
-    ``doubling``; a decreases with ρ):
-    Σ_s ρ_{i,s}(d + a_{i,s})² ≤ (Σ_s ρ_{i,s})(d + A)² on every path, and the filter's Σ_s ρ_{i,s} ≤ B gives
-    B-CGP for the whole sequence with respect to d + A.
-    """
+    Composition (PIE, 000 Lemma 3.3, inside the filter, 000 Thm 4.4): user i's pieces j — every executed round of
+    every query of the sequence — at ρ_j with distances a_j = √m·granularity(1/√(2ρ_j)) ≤ √m·2⁻³⁰/√(2ρ_j) give
+
+        D_α ≤ α·Σ_j ρ_j·(d + a_j)²  ≤  α·R·(d + √(N·m)·2⁻³⁰/√(2R))²,   R = Σ_j ρ_j, N = the number of pieces,
+
+    because Σ_j ρ_j a_j ≤ √m·2⁻³⁰·Σ_j √(ρ_j/2) ≤ √m·2⁻³⁰·√(N·R/2) (Cauchy–Schwarz) and Σ_j ρ_j a_j² ≤ N·m·2⁻⁶¹,
+    which are the cross and square terms of R·(d + A)² with A = √(N·m)·2⁻³⁰/√(2R). The right side increases with R,
+    so the filter's R ≤ B gives B-CGP for the whole sequence with respect to d + A_B, A_B =
+    :func:`grid_distance_bound` (B, N, m) — on every path (the ρ_j may be chosen adaptively) and for every split:
+    A grows with √N, whatever the smallest round. (The earlier statement (Σ ρ_j)(d + max_j a_j)² put the largest
+    a — that of the smallest round, ρ_j = B/(L(2^c − 1)) under ``doubling`` — on every piece: vacuous for many
+    rounds, A = 64 km at c = 64; review of 2026-12-06.)
+        """
     return Cost.cgp(float(rho))
+
+
+def grid_distance_bound(total_rho: float, pieces: int, coords: int = 1) -> float:
+    """A = √(N·m)·2⁻³⁰/√(2R): the distance the power-of-two grids of N Gaussian pieces (m coordinates each) of total
+    cost R add to d in the guarantee Σ_j ρ_j(d + a_j)² ≤ R·(d + A)² (:func:`gaussian_mechanism_cost`), in the unit
+    of the costs (ρ per unit²)."""
+    r = float(total_rho)
+    if not (math.isfinite(r) and r > 0):
+        raise ValueError(f"total_rho must be finite and > 0, got {total_rho!r}")
+    if isinstance(pieces, bool) or int(pieces) != pieces or pieces < 1:
+        raise ValueError(f"pieces must be an integer ≥ 1, got {pieces!r}")
+    if isinstance(coords, bool) or int(coords) != coords or coords < 1:
+        raise ValueError(f"coords must be an integer ≥ 1, got {coords!r}")
+    return math.sqrt(int(pieces) * int(coords)) * 2.0**-30 / math.sqrt(2.0 * r)
 
 
 def pie_cost(executed: float) -> Cost:
@@ -354,7 +372,15 @@ class PIEResult:
 
     @property
     def n_eliminated_early(self) -> int:
-        """Users who stopped before round c (and so saved budget)."""
+        """Users eliminated before round c (S0 / S1 of PIE-NI; outside the k-th interval for PIE-k): not in G_ĵ
+        and ran fewer than c rounds. (It used to count every user who ran fewer than c rounds, which for PIE-k
+        includes the selected users once |G_j| ≤ k stops the loop: :attr:`n_stopped_early`.)"""
+        return int(np.count_nonzero((self.rounds_run < self.c) & ~self.survivors))
+
+    @property
+    def n_stopped_early(self) -> int:
+        """Users who ran fewer than c rounds (and so saved budget): the eliminated ones and, for PIE-k, the
+        survivors when |G_j| ≤ k ended the loop early."""
         return int(np.count_nonzero(self.rounds_run < self.c))
 
     @property

@@ -240,7 +240,8 @@ def test_executed_cost_accounting_pie_ni():
     eliminated = ~res.survivors
     assert eliminated.sum() > n // 2
     assert np.all(res.executed_rho[res.rounds_run < c] < r[res.rounds_run < c])
-    assert res.n_eliminated_early == int(np.count_nonzero(res.rounds_run < c))
+    # PIE-NI: every user who stops early was eliminated (the survivors run all c rounds)
+    assert res.n_eliminated_early == res.n_stopped_early == int(np.count_nonzero(res.rounds_run < c))
     assert res.n_eliminated == int(eliminated.sum())
     expected_sav = np.mean((res.allocated_rho - res.executed_rho) / res.allocated_rho)
     assert res.privacy_savings == pytest.approx(expected_sav)
@@ -337,3 +338,16 @@ def test_executed_cost_composes_exactly(kind):
     assert abs(q.mean() - 1.0) < 6 * se
     assert se < 0.02  # the check has power: missing one round here would shift E[Q] by e^{0.25} − 1 ≈ 0.28
     assert np.mean(np.exp((alpha - 1) * L)) <= math.exp(alpha * (alpha - 1) * d2 * 0.5) + 6 * se * math.e
+
+
+def test_pie_k_counts_eliminated_and_stopped_users_apart():
+    """Review of 2026-12-06: n_eliminated_early also counted PIE-k's selected users — when |G_j| ≤ k ends the loop
+    before round c, the k survivors stop early too, but they were selected, not eliminated. Fails on the old
+    property (which returned n_stopped_early)."""
+    rng = unsafe_seeded_generator(77)
+    n, c, k = 400, 8, 3
+    phi = np.concatenate([[0.0, 0.1, 0.2], rng.uniform(50, 100, n - 3)])  # 3 clearly nearest
+    res = pie_k(rng, distance_triple(phi), split_rounds(np.full(n, 2.0), c, "even"), k=k, beta0=0.05)
+    assert res.rounds < c and int(res.survivors.sum()) == k  # the loop ended early with the k selected
+    assert res.n_stopped_early == n  # nobody ran all c rounds
+    assert res.n_eliminated_early == n - k  # the selected k were not eliminated
