@@ -18,6 +18,12 @@ without its unit, and ρ's of different units must be converted before they are 
 * :func:`cgp_to_gp_epsilon_simple` — the closed form ρΔ + 2√(ρ log(1/δ)) (003 Lemma 3.7), never smaller.
 * :func:`approx_gp_filter_value` / :func:`approx_gp_filter_continue` — the approximate-GP privacy filter of
   000 eq. (10): CONT iff min_{s>1} max(g_δ(s)·√(Σr), sΛ·Σr) ≤ B (the same minimisation with ρ = Σr, Δ = Λ).
+* :func:`approx_gp_budget` — that filter as a budget of the ``cgp`` notion. Its left side f(R) is a continuous,
+  non-decreasing function of R = Σr alone (for each s both terms of the max increase with R; a minimum of
+  non-decreasing functions is non-decreasing), and f(R) → 0 as R → 0, so CONT ⟺ f(Σr) ≤ B ⟺ Σr ≤ R*(B, δ, Λ)
+  with R* = max{R : f(R) ≤ B}: eq. (10) *is* the additive filter eq. (7) with the budget R*. The service's per-user
+  filter (spent + cost ≤ budget, componentwise) therefore implements eq. (10) exactly when the ``cgp_rho`` budget is
+  R* — the configuration's ``[budget] gp_epsilon_per_km`` / ``gp_delta`` / ``gp_within_km`` set it so.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ __all__ = [
     "cgp_to_gp_epsilon_simple",
     "approx_gp_filter_value",
     "approx_gp_filter_continue",
+    "approx_gp_budget",
 ]
 
 #: Length of each named distance unit in metres.
@@ -264,3 +271,38 @@ def approx_gp_filter_continue(sum_r, budget_eps, delta, Lambda):
     B = _nonneg(budget_eps, "budget_eps")
     v = np.asarray(approx_gp_filter_value(sum_r, delta, Lambda))
     return _out(v <= B)
+
+
+def approx_gp_budget(epsilon, delta, Lambda) -> float:
+    """R* = max{R : min_{s>1} max(g_δ(s)·√R, sΛR) ≤ ε}: the CGP budget (per unit²) whose additive filter Σr ≤ R*
+    decides exactly as the approximate-GP filter of 000 eq. (10) with target ε (per unit), δ and Λ (module
+    docstring). Found by bisection in log R on [0, ε/Λ] (f(R) ≥ ΛR); the value returned is the lower end of the
+    final bracket, where the computed f — evaluated at a concrete s, hence ≥ the true minimum — is ≤ ε: so
+    f(R*) ≤ ε holds for the returned R* and the filter it gives is never more permissive than eq. (10)."""
+    B = float(_nonneg(epsilon, "epsilon"))
+    d = float(_delta(delta))
+    L = float(_positive(Lambda, "Lambda"))
+    if B == 0.0:
+        return 0.0
+    f = lambda r: _min_family_scalar(r, d, L)  # noqa: E731
+    hi = B / L
+    lo = hi
+    while f(lo) > B:  # shrink geometrically to a feasible point (f(R) ~ g·√R for small R)
+        lo *= 1e-3
+        if lo < 1e-300:
+            return 0.0
+    if lo == hi:
+        return hi
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(_BISECT_STEPS):
+        if b - a <= 1e-15 * max(1.0, abs(a)):
+            break
+        m = 0.5 * (a + b)
+        if f(math.exp(m)) <= B:
+            a = m
+        else:
+            b = m
+    r = math.exp(a)
+    while f(r) > B:  # exp/log rounding: step down until the computed value certifies r
+        r = math.nextafter(r, 0.0)
+    return r

@@ -79,6 +79,39 @@ class _BudgetParam(Param):
 BUDGET_PARAMS = tuple(_BudgetParam(c, "float", f"default budget: {c}", default=0.0, min=0,
                                    lt=1.0 if c.endswith("_delta") else None, scale=sc)
                       for c, sc in zip(COMPONENTS, SCALES))
+# the approximate-GP filter of Liang & Yi (Adaptive Privacy Budgeting, eq. (10)) as a cgp budget: CONT iff
+# min_s max(g_δ(s)√R, sΛR) ≤ ε is R ≤ R*(ε, δ, Λ) (accounting.cgp.approx_gp_budget), so these three set cgp_rho
+GP_BUDGET_KEYS = ("gp_epsilon_per_km", "gp_delta", "gp_within_km")
+BUDGET_PARAMS = BUDGET_PARAMS + (
+    Param("gp_epsilon_per_km", "float", "approximate-GP target ε per km (sets cgp_rho by the approximate-GP filter; "
+          "with gp_delta and gp_within_km)", default=None, gt=0),
+    Param("gp_delta", "float", "δ of the approximate-GP target", default=None, gt=0, lt=1),
+    Param("gp_within_km", "float", "Λ: the target holds for locations at most this far apart (km)", default=None,
+          gt=0),
+)
+
+
+def _gp_budget(raw_budget: dict, budget: dict) -> None:
+    """Replace the three approximate-GP keys of ``budget`` by the ``cgp_rho`` they set (per m², the ledger's unit)."""
+    gp = {k: budget.pop(k) for k in GP_BUDGET_KEYS}
+    given = [k for k, v in gp.items() if v is not None]
+    if not given:
+        return
+    missing = [k for k in GP_BUDGET_KEYS if gp[k] is None]
+    if missing:
+        raise ConfigError(f"budget.{missing[0]}: is required with {', '.join(given)} (an approximate-GP budget is "
+                          "ε per km, δ and the distance Λ it holds within)")
+    if "cgp_rho" in raw_budget:
+        raise ConfigError("budget.cgp_rho: set either cgp_rho or the approximate-GP target (gp_epsilon_per_km, "
+                          "gp_delta, gp_within_km), which sets cgp_rho")
+    from streamdp.accounting.cgp import approx_gp_budget, convert_cgp_rho
+
+    per_km2 = approx_gp_budget(gp["gp_epsilon_per_km"], gp["gp_delta"], gp["gp_within_km"])
+    per_m2 = float(convert_cgp_rho(per_km2, "km", "m"))
+    try:
+        budget["cgp_rho"] = check_budget_range(per_m2, LOSS_SCALE, "budget")
+    except ValueError as e:
+        raise ConfigError(f"budget.gp_epsilon_per_km: the cgp_rho it sets, {per_m2!r} per m², {e}") from None
 
 KAFKA_PARAMS = (
     Param("bootstrap", "str", "Kafka bootstrap servers", default="localhost:9092"),
@@ -183,6 +216,7 @@ def parse_config(raw: dict, *, log_warnings: bool = True) -> ServiceConfig:
         raise ConfigError(f"{extra[0]}: unknown section (known: {sorted(known)})")
     service = _section(raw, "service", SERVICE_PARAMS)
     budget = _section(raw, "budget", BUDGET_PARAMS)
+    _gp_budget(raw.get("budget", {}), budget)
     kafka = _section(raw, "kafka", KAFKA_PARAMS)
     if not kafka["metrics_host"].strip():
         raise ConfigError("kafka.metrics_host: must not be empty (the address the metrics endpoint binds: "
