@@ -4,6 +4,7 @@ conversions (:mod:`.zcdp`), concentrated geo-privacy units, conversions and the 
 
 from streamdp.accounting.cgp import (
     DISTANCE_UNITS,
+    approx_gp_budget,
     approx_gp_filter_continue,
     approx_gp_filter_value,
     cgp_to_gp_epsilon,
@@ -69,4 +70,5 @@ __all__ = [
     "cgp_to_gp_epsilon_simple",
     "approx_gp_filter_value",
     "approx_gp_filter_continue",
+    "approx_gp_budget",
 ]
