@@ -275,8 +275,8 @@ def approx_gp_filter_continue(sum_r, budget_eps, delta, Lambda):
 
 def approx_gp_budget(epsilon, delta, Lambda) -> float:
     """R* = max{R : min_{s>1} max(g_δ(s)·√R, sΛR) ≤ ε}: the CGP budget (per unit²) whose additive filter Σr ≤ R*
-    decides exactly as the approximate-GP filter of 000 eq. (10) with target ε (per unit), δ and Λ (module
-    docstring). Found by bisection in log R on [0, ε/Λ] (f(R) ≥ ΛR); the value returned is the lower end of the
+    decides exactly as the approximate-GP filter of Liang & Yi (Adaptive Privacy Budgeting, eq. (10)) with target
+    ε (per unit), δ and Λ (module docstring). Found by bisection in log R on [0, ε/Λ] (f(R) ≥ ΛR); the value returned is the lower end of the
     final bracket, where the computed f — evaluated at a concrete s, hence ≥ the true minimum — is ≤ ε: so
     f(R*) ≤ ε holds for the returned R* and the filter it gives is never more permissive than eq. (10)."""
     B = float(_nonneg(epsilon, "epsilon"))

@@ -67,8 +67,9 @@ def grid_sigma(sigma: float, l2_sensitivity: float, coords: int) -> float:
 
 
 class GaussianMechanism:
-    """Adds N(0, σ²) to a vector whose ℓ2 sensitivity is Δ2 (001 Thm 4), released on the public grid from the
-    secure generator (module docstring). Cost: :meth:`cost` = Δ2²/(2σ²) for every release."""
+    """Adds N(0, σ²) to a vector whose ℓ2 sensitivity is Δ2 (Rogers, Unknown-Domain Algorithms, Thm 4), released on
+    the public grid from the secure generator (module docstring). Cost: :meth:`cost` = Δ2²/(2σ²) for every
+    release."""
 
     def __init__(self, sigma: float, l2_sensitivity: float = 1.0) -> None:
         self.sigma = _positive(sigma, "sigma")

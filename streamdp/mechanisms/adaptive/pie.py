@@ -230,8 +230,8 @@ def gaussian_mechanism_cost(rho: float) -> Cost:
     distance unit. A φ computed in float64 (len_p, Proj_Γ) is 1-Lipschitz up to its own rounding error η, which
     adds 2η to a (granular_gaussian, "Float gaps").
 
-    Composition (PIE, 000 Lemma 3.3, inside the filter, 000 Thm 4.4): user i's pieces j — every executed round of
-    every query of the sequence — at ρ_j with distances a_j = √m·granularity(1/√(2ρ_j)) ≤ √m·2⁻³⁰/√(2ρ_j) give
+    Composition (PIE; Liang & Yi, Adaptive Privacy Budgeting, Lemma 3.3 inside the filter, Thm 4.4): user i's
+    pieces j — every executed round of every query of the sequence — at ρ_j with distances a_j = √m·granularity(1/√(2ρ_j)) ≤ √m·2⁻³⁰/√(2ρ_j) give
 
         D_α ≤ α·Σ_j ρ_j·(d + a_j)²  ≤  α·R·(d + √(N·m)·2⁻³⁰/√(2R))²,   R = Σ_j ρ_j, N = the number of pieces,
 
