@@ -155,7 +155,13 @@ def _print_json(obj) -> None:
 
 # ------------------------------------------------------------------------------------------------ the store
 def _open_store(args, *, write: bool = False) -> BudgetStore:
-    url = args.store or os.environ.get("STREAMDP_STORE")
+    from streamdp.config.kinds import ConfigError
+    from streamdp.config.secrets import secret
+
+    try:
+        url = args.store or secret("STREAMDP_STORE")  # or the file named by $STREAMDP_STORE_FILE
+    except ConfigError as e:
+        raise CLIError(str(e), code=1) from None
     if not url:
         raise CLIError("no budget store: pass --store URL (redis://…, rediss://…, unix://… or a file path) "
                        "or set STREAMDP_STORE")

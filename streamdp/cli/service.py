@@ -1,7 +1,8 @@
 """``streamdp run`` (the Kafka worker) and ``streamdp replay`` (a file or the demo data into a topic).
 
 ``run`` reads the TOML configuration (``--config``; without it the demo's default queries run), overridden by the
-flags. The budget store (``--store``, else the config's ``store``, else ``$STREAMDP_STORE``) must be Redis: it
+flags. The budget store (``--store``, else the config's ``store``, else ``$STREAMDP_STORE`` or the file named by
+``$STREAMDP_STORE_FILE``) must be Redis: it
 holds the budgets, the release log and the worker's checkpoints.
 """
 
@@ -31,7 +32,8 @@ def register(sub) -> None:
     p.add_argument("--bootstrap", type=nonempty,
                    help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
     p.add_argument("--store", type=nonempty,
-                   help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE)")
+                   help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE, else the "
+                        "file named by $STREAMDP_STORE_FILE)")
     p.add_argument("--input-topic", type=nonempty, help="input topic (overrides kafka.input_topic)")
     p.add_argument("--group", type=nonempty, help="consumer group (overrides kafka.group_id)")
     p.add_argument("--metrics-port", type=port_number,
@@ -108,6 +110,12 @@ def _load(args):
         raise CLIError(f"invalid configuration: {e}") from None
     if getattr(args, "bootstrap", None) is not None:
         cfg.kafka["bootstrap"] = args.bootstrap
+    from streamdp.config.secrets import fill_kafka_secrets
+
+    try:
+        fill_kafka_secrets(cfg.kafka)  # $STREAMDP_KAFKA_SASL_PASSWORD(_FILE) when [kafka] has no sasl_password
+    except ConfigError as e:
+        raise CLIError(f"invalid configuration: {e}") from None
     return cfg
 
 
@@ -140,10 +148,17 @@ def run_worker(args) -> int:
             raise CLIError("--unsafe-test-seed must be ≥ 0")
         cfg.service["unsafe_test_seed"] = args.unsafe_test_seed
     _check_topics(cfg)
-    url = args.store if args.store is not None else (cfg.store or os.environ.get("STREAMDP_STORE"))
+    from streamdp.config.kinds import ConfigError
+    from streamdp.config.secrets import secret
+
+    try:
+        url = args.store if args.store is not None else (cfg.store or secret("STREAMDP_STORE"))
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
     if not url or not url.startswith(("redis://", "rediss://", "unix://")):
         raise CLIError("streamdp run needs a Redis budget store (--store redis://HOST:PORT/DB, config `store` or "
-                       "$STREAMDP_STORE): budgets, the release log and checkpoints must outlive the worker")
+                       "$STREAMDP_STORE, or $STREAMDP_STORE_FILE naming a file that holds the URL): budgets, the "
+                       "release log and checkpoints must outlive the worker")
     k = cfg.kafka
     for flag, key in (("checkpoint_seconds", "checkpoint_seconds"), ("checkpoint_batches", "checkpoint_batches"),
                       ("session_timeout_ms", "session_timeout_ms"), ("standalone", "standalone")):

@@ -89,7 +89,12 @@ def _kafka_config(args) -> dict:
         kafka = {p.name: p.default for p in KAFKA_PARAMS}
     if args.bootstrap is not None:
         kafka["bootstrap"] = args.bootstrap
-    return kafka
+    from streamdp.config.secrets import fill_kafka_secrets
+
+    try:
+        return fill_kafka_secrets(kafka)
+    except ConfigError as e:
+        raise CLIError(f"invalid configuration: {e}") from None
 
 
 class TailError(Exception):

@@ -348,12 +348,15 @@ class KafkaWorker:
             log.error("stopping while Kafka is unreachable at start; nothing was consumed or published",
                       extra={"worker": self.worker_id})
             return EXIT_STOPPED_IN_OUTAGE
+        if self.exit_code == 0:
+            self.metrics.set_ready()
         try:
             await self._loop()
             async with self.lock:
                 if self.engine is not None and self.exit_code == 0:
                     await self._safe(self._final_checkpoint)
         finally:
+            self.metrics.set_ready("stopping")
             await self.stop()
             log.info("worker stopped", extra={"worker": self.worker_id, "exit_code": self.exit_code,
                                               "windows_closed": self.closed_windows})
@@ -506,10 +509,14 @@ class KafkaWorker:
                 batch = await self.consumer.getmany(timeout_ms=o.poll_ms, max_records=o.batch_max_records)
             except KafkaError as e:
                 log.warning("fetch failed; retrying", extra={"error": str(e)})
+                self.metrics.set_ready(f"outage: Kafka fetch failed ({type(e).__name__})")
                 await asyncio.sleep(1.0)
                 continue
             # no await since getmany drained its buffers: these records follow the positions of this generation
             gen = self.generation
+            if self._failures == 0:
+                self.metrics.set_ready()
+            await self.metrics.export_lag(self.consumer, self.source_topic)  # the records keep gen, taken above
             if not any(batch.values()):
                 if self.align is not None:
                     self._align([])  # idle partitions leave the frontier: the paused ones may resume
@@ -589,11 +596,14 @@ class KafkaWorker:
         try:
             try:
                 await fn(*args)
+                if self._failures:
+                    self.metrics.set_ready()
                 self._failures = 0
                 return True
             except (StoreError, KafkaError, ConnectionError, asyncio.TimeoutError) as e:
                 log.error("step failed; restoring the last checkpoint", extra={"error": str(e),
                                                                                "error_type": type(e).__name__})
+                self.metrics.set_ready(f"outage: {type(e).__name__}")
                 self.metrics.recoveries.inc()
                 await self._recover()
                 # a failure that persists after the restore (e.g. a server-side error on one key) must not spin:
@@ -694,12 +704,15 @@ class KafkaWorker:
                     self.exit_code = EXIT_STOPPED_IN_OUTAGE
                     return
                 log.warning("restore failed; retrying", extra={"error": str(e), "retry_in": delay})
+                self.metrics.set_ready(f"outage: restore failed ({type(e).__name__})")
                 try:  # a SIGTERM ends the wait
                     await asyncio.wait_for(self.stopping.wait(), delay)
                 except asyncio.TimeoutError:
                     pass
                 delay = min(delay * 2, 10.0)
         self.metrics.owner.set(1)
+        if self._failures == 0:
+            self.metrics.set_ready()
         log.info("owner: restored checkpoint", extra={"worker": self.worker_id, "version": ck.version,
                                                       "partitions": sorted(self.owned), "offsets": ck.offsets,
                                                       "last_closed": self.engine.windows.last_closed})
