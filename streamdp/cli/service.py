@@ -322,7 +322,7 @@ def _signals_stop():
 
 def open_store_retrying(url: str, budget, wait: float | None, *, sleep=None, clock=None):
     """Open the budget store; while it is unreachable, retry with exponential backoff (0.5 s doubling to 10 s) for
-    ``wait`` seconds (None: until it answers) — DESIGN.md §6, Redis unavailable: retry and resume. A malformed URL
+    ``wait`` seconds (None: until it answers) — docs/contract.md §6, Redis unavailable: retry and resume. A malformed URL
     fails at once, and so does a server that answers with a permanent error (:func:`_refused_by_server`: a database
     index it does not have, wrong or missing credentials, a user without the permissions): that is not an outage."""
     import logging

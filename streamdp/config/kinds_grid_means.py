@@ -1,4 +1,4 @@
-"""Query kind ``grid_means``: user-level means per (cell, window) (002), registered on import."""
+"""Query kind ``grid_means``: user-level means per (cell, window) (Rameshwar–Tandon (IoT means)), registered on import."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from streamdp.config.kinds import ConfigError, Param, QueryKind, public_window_c
 ESTIMATORS = ("baseline", "array_averaging", "levy", "fixed_quantile", "optimized_quantile")
 
 PRESENCE_CAVEAT = (
-    "Inherits 002's bounded-DP assumption: per-cell user and sample counts are treated as public, which is WEAKER "
-    "than DESIGN §3's user-level guarantee for presence (a user's presence in a cell and their number of values "
+    "Inherits Rameshwar–Tandon (IoT means)'s bounded-DP assumption: per-cell user and sample counts are treated as public, which is WEAKER "
+    "than contract §3's user-level guarantee for presence (a user's presence in a cell and their number of values "
     "there are not protected; only the values are)."
 )
 
@@ -70,12 +70,12 @@ def _check(where: str, a: dict) -> None:
 
 register(QueryKind(
     kind="grid_means",
-    source="002 §III (Baseline, array averaging WrapAround/BestFit, Levy, Fixed/Optimized Quantile), "
+    source="Rameshwar–Tandon (IoT means) §III (Baseline, array averaging WrapAround/BestFit, Levy, Fixed/Optimized Quantile), "
            "Thm II.3 (per-grid accounting)",
     notion="zcdp",
     cost="per user, per (cell, window) with >= 1 of their values that is released: rho_cell = epsilon^2/2 "
          "for baseline / array_averaging (one Laplace release), 5*epsilon^2/32 for levy, 9*epsilon^2/64 for the "
-         "quantile estimators (exponential-mechanism interval, 001 Thm 5, + Laplace at epsilon/2, composed in "
+         "quantile estimators (exponential-mechanism interval, Rogers (unknown-domain) Thm 5, + Laplace at epsilon/2, composed in "
          "zCDP), delta = 0; a user in k released cells of a window pays k*rho_cell; users without values pay "
          "nothing (reserve = actual when min_users = 1)",
     doc="pure eps-DP user-level mean of the event's value (clipped to [0, upper]) per (cell, window); cells from a "
@@ -87,7 +87,7 @@ register(QueryKind(
               "quantile 9ε²/64)",
               required=True, gt=0),
         Param("upper", "float", "U: values are clipped to [0, U]", required=True, gt=0),
-        Param("estimator", "str", "002 estimator", default="baseline", choices=ESTIMATORS),
+        Param("estimator", "str", "Rameshwar–Tandon (IoT means) estimator", default="baseline", choices=ESTIMATORS),
         Param("cells", "str", "'grid': square grid over loc; 'item': the event's first item is its category",
               default="grid", choices=("grid", "item")),
         Param("cell_size", "float", "grid cell side in loc's units (e.g. degrees); required for cells = 'grid'",
@@ -99,8 +99,8 @@ register(QueryKind(
         _MUBParam("m_ub", "str|int", "m_UB: 'auto' (median for array_averaging, eq10 otherwise), 'median', "
                   "'eq10' or an integer", default="auto"),
         Param("min_users", "int", "cells with fewer admitted users are not released (nobody pays for them); "
-              "counts are public under the 002 assumption", default=1, min=1),
-        Param("publish_counts", "bool", "publish per-cell users, samples and noise scale (public under the 002 "
+              "counts are public under the Rameshwar–Tandon (IoT means) assumption", default=1, min=1),
+        Param("publish_counts", "bool", "publish per-cell users, samples and noise scale (public under the Rameshwar–Tandon (IoT means) "
               "assumption)", default=True),
     ),
     build=_grid_means,

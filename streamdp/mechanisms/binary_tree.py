@@ -1,7 +1,7 @@
 """Unknown-domain binary mechanism: continual running counts over items not known in advance.
 
-Paper: 001 §4.3, Thm 11 (Rogers, after Cardoso–Rogers 2022 [17]); binary mechanism of Dwork et al. 2010 /
-Chan–Shi–Song 2011. User-level use and costs: DESIGN.md §3 "Continual counts, user level" and "Noise".
+Paper: Rogers (unknown-domain) §4.3, Thm 11 (Rogers, after Cardoso–Rogers 2022 [17]); binary mechanism of Dwork et al. 2010 /
+Chan–Shi–Song 2011. User-level use and costs: docs/contract.md §3 "Continual counts, user level" and "Noise".
 
 Mechanism. Windows t = 1..L (the horizon). For every item, the counts per window are the leaves of a dyadic
 tree; the node at level j (0 ≤ j < levels = ⌈log2(L+1)⌉) and index k covers windows ((k−1)2^j, k·2^j]. Every
@@ -9,24 +9,24 @@ tree; the node at level j (0 ≤ j < levels = ⌈log2(L+1)⌉) and index k cover
 running count released at t is an estimate from the noisy nodes completed by t (see ``tree_estimators``: the
 plain sum over the popcount(t) nodes of t's binary decomposition, or Honaker's variance-optimal combination).
 An item that appears for the first time at window t gets fresh noise for every node it now needs: its past
-nodes are zero-count nodes, still noised (001 §4.3 "we will add fresh noise to each prior partial sum for the
+nodes are zero-count nodes, still noised (Rogers (unknown-domain) §4.3 "we will add fresh noise to each prior partial sum for the
 new item"). An item is *selected* the first time its noisy running count exceeds the threshold T (c̃ > T, strict
-as in 001 §4.3 "larger than a fixed threshold"); selection is sticky: every selected item is published at every
+as in Rogers (unknown-domain) §4.3 "larger than a fixed threshold"); selection is sticky: every selected item is published at every
 later window of the epoch. After window L the engine starts a new epoch with a fresh tree (:meth:`reset`).
 
-Privacy (user level, DESIGN.md §3, from 001 Thm 11). A user changes an item's count by at most C over the
+Privacy (user level, docs/contract.md §3, from Rogers (unknown-domain) Thm 11). A user changes an item's count by at most C over the
 horizon (and contributes to ≤ Δ0 items per window; the engine charges per item). For one item, each level's node
 sums change by a vector of squared ℓ2 norm ≤ C² (the ≤ C contributions split over that level's nodes), so the
-node table is a Gaussian mechanism with Δ2² ≤ C²·levels: ρ = C²·levels/(2σ²) (001 Thm 4; for the discrete
+node table is a Gaussian mechanism with Δ2² ≤ C²·levels: ρ = C²·levels/(2σ²) (Rogers (unknown-domain) Thm 4; for the discrete
 Gaussian the same ρ, Canonne–Kamath–Steinke 2020 Thm 4). The δ term: an item held by this user alone has true
 count ≤ C at every t, and its noisy count at t is C plus a sum of ≤ levels independent node noises; T is chosen
 so that each of the L windows crosses with probability ≤ δ_item/L (union bound → δ_item):
 
-* Gaussian nodes: Pr[N(0, k σ²) > σ√(levels+1)·Φ⁻¹(1 − δ_item/L)] ≤ δ_item/L for every k ≤ levels (001 Thm 11
-  statement, whose √(levels+1) is the conservative choice over the proof's √levels — notes/001.md). This needs
+* Gaussian nodes: Pr[N(0, k σ²) > σ√(levels+1)·Φ⁻¹(1 − δ_item/L)] ≤ δ_item/L for every k ≤ levels (Rogers (unknown-domain) Thm 11
+  statement, whose √(levels+1) is the conservative choice over the proof's √levels — implementation notes on Rogers (unknown-domain)). This needs
   Φ⁻¹(1 − δ_item/L) ≥ 0, hence δ_item/L < 1/2 is enforced.
 * Discrete Gaussian nodes: N_Z(0, σ²) is σ²-sub-Gaussian (CKS 2020), so a sum S of k ≤ levels of them has
-  Pr[S ≥ x] ≤ exp(−x²/(2kσ²)) ≤ δ_item/L for x = σ√(2·levels·ln(L/δ_item)) (DESIGN.md §3 "Noise").
+  Pr[S ≥ x] ≤ exp(−x²/(2kσ²)) ≤ δ_item/L for x = σ√(2·levels·ln(L/δ_item)) (docs/contract.md §3 "Noise").
 * The optimal estimator's noise is a linear combination of node noises with Σ coefficient² ≤ popcount(t) (its
   variance Σ V_j ≤ popcount(t)·σ²), so the same thresholds remain valid; it costs nothing extra (post-processing).
 
@@ -155,7 +155,7 @@ def _has_duplicates(a: np.ndarray) -> bool:
     return bool(np.any(s[1:] == s[:-1]))
 
 
-# ------------------------------------------------------------------------------------------ parameters, 001 Thm 11
+# ------------------------------------------------------------------------------------------ parameters, Rogers (unknown-domain) Thm 11
 def levels_for_horizon(L: int) -> int:
     """⌈log2(L+1)⌉: the number of tree levels for horizon L (= the bit length of L; a window lies in that many
     nodes, and a window t ≤ L has popcount(t) ≤ levels decomposition nodes)."""
@@ -163,12 +163,12 @@ def levels_for_horizon(L: int) -> int:
 
 
 def binary_tree_cost(sigma: float, horizon: int, delta_item: float, cap: int = 1) -> Cost:
-    """Cost of a user's first contribution to one item (DESIGN.md §3, from 001 Thm 11 with Δ0 = 1 per item):
+    """Cost of a user's first contribution to one item (docs/contract.md §3, from Rogers (unknown-domain) Thm 11 with Δ0 = 1 per item):
 
         ρ = C²·⌈log2(L+1)⌉ / (2σ²),   δ = δ_item.
 
     Δ2² ≤ C² per level (≤ C contributions spread over one level's nodes), ``levels`` levels, Gaussian mechanism
-    (001 Thm 4; discrete Gaussian: CKS 2020 Thm 4, same ρ). Later contributions to the same item are free.
+    (Rogers (unknown-domain) Thm 4; discrete Gaussian: CKS 2020 Thm 4, same ρ). Later contributions to the same item are free.
     """
     sigma = _positive_param(sigma, "sigma")
     horizon = _int_param(horizon, "horizon")
@@ -182,7 +182,7 @@ def binary_tree_threshold(sigma: float, horizon: int, delta_item: float, cap: in
                           noise: str = "gaussian") -> float:
     """Selection threshold T (an item is selected when its noisy running count c̃ > T).
 
-    gaussian:           T = C + σ·√(levels+1)·Φ⁻¹(1 − δ_item/L)        (001 Thm 11 statement; DESIGN.md §3)
+    gaussian:           T = C + σ·√(levels+1)·Φ⁻¹(1 − δ_item/L)        (Rogers (unknown-domain) Thm 11 statement; docs/contract.md §3)
     discrete_gaussian:  T = C + σ·√(2·levels·ln(L/δ_item))             (σ²-sub-Gaussian sum of ≤ levels nodes)
     """
     sigma = _positive_param(sigma, "sigma")
@@ -219,7 +219,7 @@ class Release:
 
 # ------------------------------------------------------------------------------------------------------ the tree
 class UnknownDomainBinaryTree:
-    """Per-item binary-mechanism trees with thresholded, sticky selection (001 §4.3, Thm 11).
+    """Per-item binary-mechanism trees with thresholded, sticky selection (Rogers (unknown-domain) §4.3, Thm 11).
 
     Parameters: ``horizon`` L (windows per epoch), ``sigma`` node noise σ, ``delta_item`` per-item failure
     probability, ``cap`` C (max contributions of one user to one item per epoch), ``noise`` ("gaussian" —

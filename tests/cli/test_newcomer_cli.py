@@ -40,7 +40,7 @@ def test_help_has_a_description_and_no_raw_markup(capsys, argv):
     assert rc == 0
     usage, _, rest = out.partition("\n\n")
     assert rest.strip() and not rest.lstrip().startswith(("positional", "options")), "no description"
-    for raw in ("``", ":mod:", ":func:", "::\n", "DESIGN.md"):
+    for raw in ("``", ":mod:", ":func:", "::\n", "docs/contract.md"):
         assert raw not in out, raw
 
 
@@ -173,7 +173,8 @@ def test_demo_reads_standard_input(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(payload)))
     rc, _, err = run(capsys, "demo", "--data", "-", "--origin", "1700000000", "--out", str(tmp_path / "o"),
                      "--no-plot", "--quiet")
-    assert rc == 0, err and json.loads((tmp_path / "o" / "summary.json").read_text())["data"] == "stdin"
+    assert rc == 0, err
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["data"] == "stdin"
 
 
 def test_a_demo_rerun_is_refused_with_its_own_code_and_leaves_no_output(tmp_path, capsys):

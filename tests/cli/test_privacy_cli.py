@@ -1,5 +1,5 @@
-"""``streamdp privacy convert|cost``: values recomputed from the formulas (001 Thm 3, 4, 7, 8, 9, 10;
-DESIGN.md §3 for the binary tree), JSON shape, and one-line errors with exit status 2."""
+"""``streamdp privacy convert|cost``: values recomputed from the formulas (Rogers (unknown-domain) Thm 3, 4, 7, 8, 9, 10;
+docs/contract.md §3 for the binary tree), JSON shape, and one-line errors with exit status 2."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_cost_binary_tree_design_formulas(capsys, noise):
     d = run_json(capsys, *argv)
     levels = math.ceil(math.log2(L + 1))
     assert levels == 10
-    assert d["rho"] == pytest.approx(C**2 * levels / (2 * sigma**2), rel=1e-12)  # DESIGN.md §3
+    assert d["rho"] == pytest.approx(C**2 * levels / (2 * sigma**2), rel=1e-12)  # docs/contract.md §3
     assert d["delta"] == pytest.approx(d_item)
     if noise == "discrete-gaussian":
         t = C + sigma * math.sqrt(2 * levels * math.log(L / d_item))

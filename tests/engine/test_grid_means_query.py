@@ -1,4 +1,4 @@
-"""The grid_means query kind (002 per-grid user-level means) end to end: ReleaseEngine + EmbeddedPipeline +
+"""The grid_means query kind (Rameshwar–Tandon (IoT means) per-grid user-level means) end to end: ReleaseEngine + EmbeddedPipeline +
 MemoryBudgetStore, its registration, the example configuration and the demo."""
 
 import json
@@ -33,8 +33,8 @@ def ev(user, ts, value=None, loc=None, items=()):
     return orjson.dumps(d)
 
 
-# per-cell zCDP cost as a multiple of ε²: one Laplace release ε²/2 (001 Thm 3); Levy (ε/2)²/8 + (ε/2)²/2 = 5ε²/32 and
-# Quantile 2·(ε/4)²/8 + (ε/2)²/2 = 9ε²/64 (exponential-mechanism intervals, 001 Thm 5, composed in zCDP)
+# per-cell zCDP cost as a multiple of ε²: one Laplace release ε²/2 (Rogers (unknown-domain) Thm 3); Levy (ε/2)²/8 + (ε/2)²/2 = 5ε²/32 and
+# Quantile 2·(ε/4)²/8 + (ε/2)²/2 = 9ε²/64 (exponential-mechanism intervals, Rogers (unknown-domain) Thm 5, composed in zCDP)
 CELL_COST = {"baseline": Fraction(1, 2), "array_averaging": Fraction(1, 2), "levy": Fraction(5, 32),
              "fixed_quantile": Fraction(9, 64), "optimized_quantile": Fraction(9, 64)}
 
@@ -187,7 +187,7 @@ def test_min_users_cell_emptied_by_a_halt_is_not_released_and_its_users_are_sett
 # ------------------------------------------------------------------------------------------- (c) statistical
 @pytest.mark.statistical
 def test_baseline_release_minus_true_mean_is_laplace_U_mstar_over_summ_over_eps():
-    """Over 40 windows × 100 cells: (release − clipped true mean) / (U·m*/Σm/ε) ~ Laplace(0, 1) (002 §III-B)."""
+    """Over 40 windows × 100 cells: (release − clipped true mean) / (U·m*/Σm/ε) ~ Laplace(0, 1) (Rameshwar–Tandon (IoT means) §III-B)."""
     eps, U = 0.8, 50.0
     n_windows, n_cells = 40, 100
     q = GridMeans("b", epsilon=eps, upper=U, estimator="baseline", cells="grid", cell_size=1.0,
@@ -248,7 +248,7 @@ def test_events_without_value_or_cell_are_ignored_and_charge_nothing(cells):
 # ------------------------------------------------------------------------------------------- registration, config
 def test_kind_is_registered_with_cost_formula_and_presence_caveat(capsys):
     k = kinds()["grid_means"]
-    assert k.notion == "zcdp" and "epsilon^2/2" in k.cost and "002" in k.source
+    assert k.notion == "zcdp" and "epsilon^2/2" in k.cost and "Rameshwar–Tandon (IoT means)" in k.source
     assert "treated as public" in k.doc and "WEAKER" in k.doc
     names = {p.name for p in k.params}
     assert {"epsilon", "upper", "estimator", "cells", "cell_size", "origin", "grouping", "m_ub", "min_users",

@@ -1,5 +1,5 @@
 """grid_means with min_users > 1: a user the filter refuses changes nobody's admission and no release (review of
-2026-11-23). DESIGN §3: a refused user's data "is dropped before any mechanism reads it". Cells used to be reserved
+2026-11-23). contract §3: a refused user's data "is dropped before any mechanism reads it". Cells used to be reserved
 only when they had ≥ min_users users BEFORE admission, so a refused user X sharing cell b with u1 made b count,
 raised u1's reservation past u1's budget and halted u1 for good (and changed the published `suppressed`). Every
 user now reserves each cell they have values in (their own data only); cells are released, and users settled, by

@@ -1,4 +1,4 @@
-"""Redis outages while the Kafka worker runs (DESIGN.md §3 "Atomicity", §6 "Redis unavailable"; issue #5).
+"""Redis outages while the Kafka worker runs (docs/contract.md §3 "Atomicity", §6 "Redis unavailable"; issue #5).
 
 A worker (``streamdp run``, a subprocess) consumes a real broker (tansu) and keeps budgets, release log and
 checkpoints in a dedicated redis-server with ``appendfsync always`` (every acknowledged write is on disk before its

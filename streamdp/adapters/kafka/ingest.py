@@ -1,4 +1,4 @@
-"""Stage A of the staged topology (DESIGN.md §4): ``streamdp run --role ingest``.
+"""Stage A of the staged topology (docs/contract.md §4): ``streamdp run --role ingest``.
 
 Any number of ingest workers share the input topic's partitions in the consumer group ``<group_id>.ingest``
 (Kafka's ordinary assignment: the load is spread). Each one loops:

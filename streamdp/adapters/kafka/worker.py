@@ -1,4 +1,4 @@
-"""The Kafka worker: consume → parse → canonical stage → release engine → checkpoint → publish (DESIGN.md §4–6).
+"""The Kafka worker: consume → parse → canonical stage → release engine → checkpoint → publish (docs/contract.md §4–6).
 
 The Kafka twin of :class:`streamdp.engine.pipeline.EmbeddedPipeline`, in two concurrent parts:
 
@@ -36,7 +36,7 @@ checkpointed offsets. SIGTERM finishes the current step, checkpoints and exits 0
 Scale-out: workers of one consumer group use :class:`~streamdp.adapters.kafka.assignor.SingleOwnerAssignor` —
 one active owner of all input partitions, the others standby; hand-over through the checkpoint.
 
-Roles: ``all`` (the above, on the input topic) or ``coordinator`` — DESIGN §4's staged topology, where stage A
+Roles: ``all`` (the above, on the input topic) or ``coordinator`` — contract §4's staged topology, where stage A
 (:mod:`~streamdp.adapters.kafka.ingest`) parses and dead-letters, and this worker consumes its forward records
 (:mod:`~streamdp.adapters.kafka.forward`) from the internal topic instead of raw JSON, exactly once by input offset.
 Both roles share ONE checkpoint per (group_id, input topic): its offsets are input offsets either way.
@@ -744,7 +744,7 @@ class KafkaWorker:
         (:meth:`_checkpoint_and_publish`), so a checkpoint behind them is one the store lost after acknowledging it
         (AOF ``everysec``, a failover to a lagging replica, a restored backup). Its release log rolled back with it,
         so nothing else would notice; resuming would publish the windows after it again with fresh noise (the noise
-        key changes at every checkpoint): the averaging attack DESIGN §3 forbids (store review of 2026-11-23, F1).
+        key changes at every checkpoint): the averaging attack contract §3 forbids (store review of 2026-11-23, F1).
         Only partitions the checkpoint has an offset for are judged: one without (never read since an
         ``--allow-empty-store`` start, or a coordinator's internal partitions after an ``all`` period, whose
         checkpoints carry no internal offsets) says nothing about a loss, and the worker reads it as before."""

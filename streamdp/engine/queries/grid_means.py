@@ -1,19 +1,19 @@
-"""User-level mean of a value per (cell, window) — 002 (per-grid means) as a query kind of the service.
+"""User-level mean of a value per (cell, window) — Rameshwar–Tandon (IoT means) (per-grid means) as a query kind of the service.
 
-A *grid* of 002 is a (cell, window) pair here (notes/002.md). Cells come either from a square grid over the event's
+A *grid* of Rameshwar–Tandon (IoT means) is a (cell, window) pair here (implementation notes on Rameshwar–Tandon (IoT means)). Cells come either from a square grid over the event's
 ``loc`` (``cells = "grid"``: cell (ix, iy) with ix = ⌊(loc[0] − origin[0]) / cell_size⌋, iy likewise on loc[1];
 key ``"ix,iy"``) or from the event's FIRST item (``cells = "item"``: key = the item's name; further items of the
 event are ignored by this query). The value is the event's ``value``, clipped to [0, U]. Events without a value —
 or without a usable cell (no ``loc`` in grid mode, no item in item mode, or a grid index beyond ±2⁵²) — are
 ignored by this query and make nobody pay for it.
 
-For every cell with at least ``min_users`` admitted users, one of the five pure ε-DP estimators of 002
+For every cell with at least ``min_users`` admitted users, one of the five pure ε-DP estimators of Rameshwar–Tandon (IoT means)
 (:mod:`streamdp.mechanisms.grid_means`) releases the cell's mean at ε per (cell, window).
 
-Cost (002 Thm II.3 — per-grid accounting): the release of one grid at ε charges only the users present in it,
+Cost (Rameshwar–Tandon (IoT means) Thm II.3 — per-grid accounting): the release of one grid at ε charges only the users present in it,
 the estimator's zCDP cost per cell ρ_cell (``GridMeanEstimator.cost``: ε²/2 for baseline and array averaging, one
-Laplace release, 001 Thm 3; 5ε²/32 for Levy and 9ε²/64 for the quantile estimators, whose interval step is an
-exponential mechanism, 001 Thm 5, composed with the Laplace mean in zCDP), and zCDP composes additively, so a
+Laplace release, Rogers (unknown-domain) Thm 3; 5ε²/32 for Levy and 9ε²/64 for the quantile estimators, whose interval step is an
+exponential mechanism, Rogers (unknown-domain) Thm 5, composed with the Laplace mean in zCDP), and zCDP composes additively, so a
 user with values in k released cells of a window pays k·ρ_cell (each cell's ρ_cell rounded up to the fixed-point
 grid separately). Users without values pay
 nothing. A user reserves ρ_cell for every cell they have values in — a function of their own data only, so a
@@ -24,19 +24,19 @@ with fewer than ``min_users`` ADMITTED users are not released and their users ar
 actually paid (the actual cost also depends on how many admitted users share the cell — public under the model
 below).
 
-Privacy model — INHERITED FROM 002 AND WEAKER THAN DESIGN.md §3: 002's guarantee is for *bounded* neighbours
+Privacy model — INHERITED FROM Rameshwar–Tandon (IoT means) AND WEAKER THAN docs/contract.md §3: Rameshwar–Tandon (IoT means)'s guarantee is for *bounded* neighbours
 (the same users with the same numbers of samples; only values change). Per-cell user and sample counts are
 therefore treated as public: which cells are released, ``min_users`` suppression, the estimators' m_UB, K̄ and
 noise scales, and (with ``publish_counts``) the published counts all depend on them without any charge. A user's
 *presence* in a cell (and how many values they have there) is NOT protected by this query kind — weaker than
-DESIGN §3's user-level guarantee for presence. Only the values are protected at ε per (cell, window).
+contract §3's user-level guarantee for presence. Only the values are protected at ε per (cell, window).
 
 Determinism: a cell's samples are ordered by (user, event time, value), and samples tied in event time are then
 put in a uniformly random order (the engine's generator), before estimation — the clipping estimators keep a
 user's first min(m_ℓ, m_UB) values, i.e. the earliest ones, a random subset of a tied burst — and the cells are processed in the
 order of their keys ((ix, iy) numerically; item names lexicographically), so the noise drawn for a cell does not
 depend on the interning of item names. Users are ordered by their interned id (first-seen order), which breaks the
-ties of the BestFit/WrapAround sort (002 §III-A).
+ties of the BestFit/WrapAround sort (Rameshwar–Tandon (IoT means) §III-A).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from streamdp.mechanisms.grid_means.data import check_epsilon, check_upper
 
 __all__ = ["GridMeans", "ESTIMATOR_NAMES", "grid_means_cost", "make_estimator", "MAX_GRID_INDEX"]
 
-#: configuration name → estimator class (002 §III-B … §III-E)
+#: configuration name → estimator class (Rameshwar–Tandon (IoT means) §III-B … §III-E)
 ESTIMATOR_NAMES: dict[str, type[GridMeanEstimator]] = {
     "baseline": Baseline,
     "array_averaging": ArrayAveraging,
@@ -79,9 +79,9 @@ MAX_GRID_INDEX = float(2**52)
 def grid_means_cost(epsilon: float, n_cells: int = 1, estimator: str = "baseline") -> Cost:
     """A user's cost for a window in which they have values in ``n_cells`` released cells.
 
-    002 Thm II.3 (per-grid accounting): each (cell, window) release charges only the users in that cell, the
-    estimator's per-cell zCDP cost (``GridMeanEstimator.cost``: ε²/2 for one Laplace release, 001 Thm 3; less for
-    Levy / Quantile, module doc); composition adds (001 Thm 6) ⇒ n_cells·ρ_cell, δ = 0."""
+    Rameshwar–Tandon (IoT means) Thm II.3 (per-grid accounting): each (cell, window) release charges only the users in that cell, the
+    estimator's per-cell zCDP cost (``GridMeanEstimator.cost``: ε²/2 for one Laplace release, Rogers (unknown-domain) Thm 3; less for
+    Levy / Quantile, module doc); composition adds (Rogers (unknown-domain) Thm 6) ⇒ n_cells·ρ_cell, δ = 0."""
     if isinstance(n_cells, bool) or int(n_cells) != n_cells or n_cells < 0:
         raise ValueError(f"n_cells must be an integer ≥ 0, got {n_cells!r}")
     if estimator not in ESTIMATOR_NAMES:
@@ -120,7 +120,7 @@ class _Prepared:
 
 
 class GridMeans(WindowQuery):
-    """Per-(cell, window) user-level means (002). See the module docstring for cells, cost and privacy model."""
+    """Per-(cell, window) user-level means (Rameshwar–Tandon (IoT means)). See the module docstring for cells, cost and privacy model."""
 
     kind = "grid_means"
     notion = "zcdp"
@@ -162,7 +162,7 @@ class GridMeans(WindowQuery):
         self.estimator = make_estimator(estimator, self.epsilon, self.upper, grouping, m_ub)
         self.grouping = grouping
         self.m_ub = m_ub
-        self.cell_cost = self.estimator.cost()  # per (cell, window) — 002 Thm II.3; 001 Thm 3 / Thm 5 (module doc)
+        self.cell_cost = self.estimator.cost()  # per (cell, window) — Rameshwar–Tandon (IoT means) Thm II.3; Rogers (unknown-domain) Thm 3 / Thm 5 (module doc)
         self.cell_cost_fixed = self.cell_cost.to_fixed()
 
     # ------------------------------------------------------------------------------------------ cells
@@ -212,7 +212,7 @@ class GridMeans(WindowQuery):
         # every cell the user has values in, whatever its count: which cells reach min_users is decided after
         # admission, from admitted users only (a refused user's data must not raise anyone's reservation)
         users, n_cells = np.unique(pair_user, return_counts=True)
-        # 002 Thm II.3: ε²/2 per cell the user has values in (k cells → k·ε²/2), fixed point, rounded up per cell
+        # Rameshwar–Tandon (IoT means) Thm II.3: ε²/2 per cell the user has values in (k cells → k·ε²/2), fixed point, rounded up per cell
         costs = n_cells.astype(np.int64)[:, None] * self.cell_cost_fixed[None, :]
         prepared = _Prepared(user=user, cell=cell, value=w.value[rows], ts=w.ts[rows], table=table)
         return Reservation(users=users, costs=costs, private=prepared)
@@ -273,7 +273,7 @@ class GridMeans(WindowQuery):
                                               user_ids=pair_user[a:b].tolist())
             r = self.estimator.release(gv, rng)  # ε-DP; cost: self.cell_cost per user in gv
             out[keys[c]] = self._cell_value(r, gv)
-        # actual cost: ε²/2 per released cell per admitted user (002 Thm II.3); ≤ the reservation
+        # actual cost: ε²/2 per released cell per admitted user (Rameshwar–Tandon (IoT means) Thm II.3); ≤ the reservation
         rel_pair_user = pair_user[released[pair_cell]]
         k = np.zeros(charged_users.size, dtype=np.int64)
         if rel_pair_user.size:
@@ -287,7 +287,7 @@ class GridMeans(WindowQuery):
     def _cell_value(self, r, gv: GridValues) -> dict[str, Any]:
         d: dict[str, Any] = {"mean": float(r.value), "estimator": r.estimator}
         if self.publish_counts:
-            # public by the inherited 002 assumption (bounded DP: counts are public) — see the module docstring
+            # public by the inherited Rameshwar–Tandon (IoT means) assumption (bounded DP: counts are public) — see the module docstring
             d["users"] = gv.n_users
             d["samples"] = gv.n_values
             d["noise_scale"] = float(r.noise_scale)
@@ -299,7 +299,7 @@ class GridMeans(WindowQuery):
         return d
 
     # ------------------------------------------------------------------------------------------ state
-    public_cost_basis = "per user, per (cell, window) released in which the user has values (002 Thm II.3)"
+    public_cost_basis = "per user, per (cell, window) released in which the user has values (Rameshwar–Tandon (IoT means) Thm II.3)"
 
     def public_cost(self, rel):
         return self.cell_cost
