@@ -8,8 +8,15 @@ import asyncio
 import urllib.error
 import urllib.request
 
-from conftest import free_port
 from streamdp.adapters.metrics import WorkerMetrics
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
