@@ -98,17 +98,22 @@ class WorkerMetrics:
             return
         self._lag_at = now
         lags = {}
-        for tp in consumer.assignment():
-            if tp.topic != topic:
-                continue
-            hw = consumer.highwater(tp)
-            if hw is None:
-                continue
-            try:  # a partition without a position yet (just assigned) is skipped, never waited for
-                pos = await asyncio.wait_for(consumer.position(tp), 0.5)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the lag is a metric: never stop a fetch
-                continue
-            lags[tp.partition] = max(0, int(hw) - int(pos))
+        try:
+            for tp in consumer.assignment():
+                if tp.topic != topic:
+                    continue
+                hw = consumer.highwater(tp)
+                if hw is None:
+                    continue
+                try:  # a partition without a position yet (just assigned) is skipped, never waited for
+                    pos = await asyncio.wait_for(consumer.position(tp), 0.5)
+                except asyncio.TimeoutError:
+                    continue
+                lags[tp.partition] = max(0, int(hw) - int(pos))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the lag is a metric: it never stops a fetch (nothing exported this time)
+            return
         self.consumer_lag.clear()
         for p, lag in sorted(lags.items()):
             self.consumer_lag.labels(topic=topic, partition=str(p)).set(lag)
