@@ -1,7 +1,7 @@
-"""The DP-SQLP workload (DESIGN.md §7): Zipf items over 10⁵ keys, 10⁵ users, 20k records per tick, 100 ticks,
+"""The DP-SQLP workload (docs/contract.md §7): Zipf items over 10⁵ keys, 10⁵ users, 20k records per tick, 100 ticks,
 user-level (ε = 6, δ = 1e-9). Prints wall time and the L∞ / L2 error of the continual counts at the last window.
 
-Calibration (user level, DESIGN.md §3): every user may contribute to at most K distinct items over the horizon
+Calibration (user level, docs/contract.md §3): every user may contribute to at most K distinct items over the horizon
 (enforced by the per-user filter: budget ρ_B = K·ρ_item, δ_B = K·δ_item + nothing else). The total δ = 1e-9 is
 split half for the zCDP→DP conversion and half for the K items' thresholds; ρ_B is the largest ρ whose tight (CKS)
 conversion at δ/2 gives ε ≤ 6; σ = √(levels·K / (2ρ_B)).

@@ -1,11 +1,11 @@
-"""Accuracy of the d_EM-DP releases (paper 004) — prints tables; run with the project's Python.
+"""Accuracy of the d_EM-DP releases (Imola et al. (EMD)) — prints tables; run with the project's Python.
 
 1. PrivEMDLinear: error of a 2-D linear query (the mean of f(x) = x over a user's items, L = 1) vs α, local
    (each of n users releases; the server averages) and central (one release of the global mean); analytic
    E‖noise‖ = d·L·ω for one release.
 2. Frequency estimation on the clustered metric (c clusters × g items, γ within a cluster): FreqEstLocal (clustered
    k-RR + PrivEMDItemWise, α0 calibrated; shuffle bound when it allows a larger α0) vs the Laplace histogram
-   baseline at ε = α (user-level ε-DP, a different guarantee; 004 Lemma 6.7). Error: d_EM(projected ĥ, h) and ℓ1.
+   baseline at ε = α (user-level ε-DP, a different guarantee; Imola et al. (EMD) Lemma 6.7). Error: d_EM(projected ĥ, h) and ℓ1.
    Central model: the curator shuffles all n·m items. Local model: each user's m items (composition bound —
    the shuffle bound needs N = m ≥ 16·log(2/δ)·e^{α0}) vs per-user Laplace on the user's own histogram (the
    paper's local baseline is the Hadamard response, not implemented here).
@@ -74,7 +74,7 @@ def freq_table(quick: bool) -> None:
     reps = 3 if quick else 10
     print(f"## Frequency estimation, clustered metric c = {c}, g = {g}, γ = {gamma}; δ = 1e-6; mean over {reps}")
     print("   Laplace: ε-user-level DP. FreqEst: α-d_EM-DP with α = ε/γ, i.e. the same ε for any change of a user's")
-    print("   data inside clusters (d_EM ≤ γ), weaker (α·d_EM) for moves across clusters (004 §1.1.3).")
+    print("   data inside clusters (d_EM ≤ γ), weaker (α·d_EM) for moves across clusters (Imola et al. (EMD) §1.1.3).")
     print(f"{'model':>7} {'n':>6} {'m':>4} {'eps':>5} {'alpha':>6} {'bound':>11} {'alpha0':>8} "
           f"{'dEM FE':>8} {'dEM Lap':>8} {'l1 FE':>7} {'l1 Lap':>7} {'ms FE':>7}")
     for model, n, m in (("central", 2000, 20), ("central", 10000, 20), ("local", 5000, 1), ("local", 5000, 5),

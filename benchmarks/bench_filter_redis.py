@@ -1,9 +1,9 @@
-"""Filter throughput through Redis (DESIGN.md §7: users admitted per second in batches, target ≥ 200k/s).
+"""Filter throughput through Redis (docs/contract.md §7: users admitted per second in batches, target ≥ 200k/s).
 
 Starts its own redis-server (no persistence) on a free loopback port and measures, for batches of 1000 / 5000 /
 10000 users, in the same run:
 
-* ``admit``        — RedisBudgetStore.admit (the Lua check-and-charge of 000 eq. (7)), one cost vector per batch;
+* ``admit``        — RedisBudgetStore.admit (the Lua check-and-charge of Liang–Yi (adaptive budgeting) eq. (7)), one cost vector per batch;
 * ``admit mixed``  — the same with ~50 distinct cost vectors per batch (index path of the script);
 * ``admit ids``    — ``admit_ids`` by the engine's interned ids (its name table), one cost vector per batch,
                      with a replay digest per batch as the engine sends (when the code under test takes one);

@@ -1,9 +1,9 @@
-"""Accuracy of the geo-privacy releases (paper 003) — prints tables; run with the project's Python.
+"""Accuracy of the geo-privacy releases (Liang–Yi (CGP)) — prints tables; run with the project's Python.
 
 1. CGP identity query: mean per-point error vs the analytic (√π/2)·√(n/ρ) ≈ 0.8862·√(n/ρ); the GP identity query
-   (planar Laplace, ε/n per point) at the same CGP cost (ε = √(2ρ), 003 Lemma 3.6) for comparison.
-2. kNN: distance ratio of k-PNN (003 Alg. 3) vs Basic (noisy points, exact kNN).
-3. Convex hull: Jaccard of PCH (003 Alg. 4 + anchors) vs Basic (CONV of the noisy points).
+   (planar Laplace, ε/n per point) at the same CGP cost (ε = √(2ρ), Liang–Yi (CGP) Lemma 3.6) for comparison.
+2. kNN: distance ratio of k-PNN (Liang–Yi (CGP) Alg. 3) vs Basic (noisy points, exact kNN).
+3. Convex hull: Jaccard of PCH (Liang–Yi (CGP) Alg. 4 + anchors) vs Basic (CONV of the noisy points).
 
 Data for 2–3: synthetic clustered points in metres (5 Gaussian clusters, spread 100 m, centres uniform in a
 2 km square); query points are jittered data points. ρ is per m². Deterministic seeds (test mode).

@@ -11,12 +11,12 @@ MAE is over the releases (a cell whose noisy count misses T publishes nothing).
 
 One grid of i.i.d. Π_[0,U](N(μ, σ²)) values (μ = 20.66769, σ² = 115.135, U = 100) with the ITMS count profile
 (L = 217, m* = 417, m_* = 1, Σm = 17166, median 46; eq. (10) → K = 160, K̄ = 164), drawn once; each estimator is
-then run ``--runs`` times per ε and its MAE against the grid's true sample mean is reported (002 §IV-A metric),
+then run ``--runs`` times per ε and its MAE against the grid's true sample mean is reported (Rameshwar–Tandon (IoT means) §IV-A metric),
 with its standard error, the mean Laplace scale of the final step, and the time per release (the grouping plan
 is cached after the first call; it depends on the public counts only). The analytic Baseline MAE
 0.0242922·U/ε (= E|Lap(U·m*/(Σm·ε))|) is printed beside the empirical one.
 
-``--scaling`` adds the sample-scaling (m̂ = 10·m) and user-scaling (L̂ = 10·L) data sets of 002 §IV-C.
+``--scaling`` adds the sample-scaling (m̂ = 10·m) and user-scaling (L̂ = 10·L) data sets of Rameshwar–Tandon (IoT means) §IV-C.
 
 Usage: python benchmarks/bench_grid_means.py [--runs 2000] [--upper 100] [--scaling]
 Deterministic (seeded, NOT private) noise: this is a measurement, not a release.

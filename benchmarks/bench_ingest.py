@@ -1,4 +1,4 @@
-"""Embedded ingest: events/s per core from JSON bytes to releases (DESIGN.md §7, target ≥ 500k/s).
+"""Embedded ingest: events/s per core from JSON bytes to releases (docs/contract.md §7, target ≥ 500k/s).
 
 Workload: N synthetic events as JSON bytes (default 10⁶): 10⁵ users (uniform), items Zipf(1.1) over 10⁵ keys, 1–3
 items per event, a ``value`` on every event and a ``loc`` on 30% of them, 20k events per 10 s window (50 windows for

@@ -1,4 +1,4 @@
-"""One worker through a real broker vs raw aiokafka consumption of the same topic, in the same run (DESIGN.md §7).
+"""One worker through a real broker vs raw aiokafka consumption of the same topic, in the same run (docs/contract.md §7).
 
 Starts tansu (Kafka protocol, in-memory) and a throwaway redis-server, produces N synthetic events (Zipf items,
 keyed by user) into a topic of P partitions, then measures on that topic:
@@ -12,7 +12,7 @@ keyed by user) into a topic of P partitions, then measures on that topic:
 3. in each round, the embedded pipeline on the same payloads (no broker, in-memory store) and ``parse_batch`` alone:
    the ceiling of any one-process worker, as ratios to the raw rate of the same round;
 4. optionally (``--faust``) a faust-streaming agent with ``stream.take`` on the same topic (consumption only);
-5. optionally (``--staged``) DESIGN §4's staged topology: one stage A ingest worker forwards the topic to a fresh
+5. optionally (``--staged``) contract §4's staged topology: one stage A ingest worker forwards the topic to a fresh
    internal topic (its rate: events/s from its first fetched record to the last acknowledged forward), then the
    coordinator consumes those forward records (same measure as 2.) — the rate the topology sustains once enough
    ingest workers keep up; and the two at once on this machine (one ingest worker in a subprocess, the coordinator

@@ -1,10 +1,10 @@
-"""Adaptive privacy budgeting for range counting (paper 000) — prints tables; run with the project's Python.
+"""Adaptive privacy budgeting for range counting (Liang–Yi (adaptive budgeting)) — prints tables; run with the project's Python.
 
-1. Single range query (000 §7.1, Fig. 3): mean CountErr = |C̃ − C|/C (with 25th/75th percentiles) and PrivSav of
+1. Single range query (Liang–Yi (adaptive budgeting) §7.1, Fig. 3): mean CountErr = |C̃ − C|/C (with 25th/75th percentiles) and PrivSav of
    the PIE methods PM0/PM1 (c4, c64, log-c10) against the baselines BM0/BM1, for several ρ (CGP, per m²).
-2. m sequential range queries (000 §7.2, Fig. 6): average CountErr over the m queries of PM + Alg. 3 (savings
+2. m sequential range queries (Liang–Yi (adaptive budgeting) §7.2, Fig. 6): average CountErr over the m queries of PM + Alg. 3 (savings
    reused) against BM with the uniform allocation B/m (the paper's comparison) and PM with B/m (savings wasted).
-3. The other adaptive queries on the synthetic data (000 Fig. 4, 5, 9 shapes): KDE ℓ1 error, kNN DistErr, and the
+3. The other adaptive queries on the synthetic data (Liang–Yi (adaptive budgeting) Fig. 4, 5, 9 shapes): KDE ℓ1 error, kNN DistErr, and the
    central-model threshold query (accuracy), each with PrivSav.
 
 Data:
@@ -163,7 +163,7 @@ SEQ_METHODS = [
 
 def sequential_run(rng, windows, rects, budget, method, c, split):
     """``windows[l]`` = (user indices present in window l, their locations); absent users are not asked and
-    pay nothing for query l (DESIGN.md §3)."""
+    pay nothing for query l (docs/contract.md §3)."""
     _, priv, pie, reuse = method
     n = 1 + max(int(ids.max()) for ids, _ in windows)
     truths = [true_range_count(w, r) for (_, w), r in zip(windows, rects)]
@@ -211,7 +211,7 @@ def sequential_table(title, draw, settings, reps, c, split, rho_unit) -> None:
 def others_tables(x_all: np.ndarray, reps: int) -> None:
     rng = unsafe_seeded_generator(9500)
     variants = [("BM", None, None), ("PM-c4", 4, "even"), ("PM-log-c10", 10, "doubling")]
-    print("\n## KDE at a point (000 Alg. 7) — synthetic, n = 10000, metres; ℓ1-Err mean / PrivSav mean")
+    print("\n## KDE at a point (Liang–Yi (adaptive budgeting) Alg. 7) — synthetic, n = 10000, metres; ℓ1-Err mean / PrivSav mean")
     print(f"{reps} query points per cell (random user locations)")
     cols = [f"{pv}{v[0]}" for pv in ("0:", "1:") for v in variants]
     print(f"{'b':>6} {'ρ (/m²)':>9} " + " ".join(f"{c:>17}" for c in cols))
@@ -234,7 +234,7 @@ def others_tables(x_all: np.ndarray, reps: int) -> None:
                     cells.append(f"{np.mean(err):.2e}/{np.mean(sav):.3f}")
             print(f"{b:>6g} {rho:>9.0e} " + " ".join(f"{c:>17}" for c in cells))
 
-    print("\n## k nearest users (000 Alg. 8, PIE-k) — synthetic, n = 10000, metres; DistErr mean / PrivSav mean")
+    print("\n## k nearest users (Liang–Yi (adaptive budgeting) Alg. 8, PIE-k) — synthetic, n = 10000, metres; DistErr mean / PrivSav mean")
     print(f"{reps} query points per cell (random user locations, jittered by 500 m)")
     print(f"{'k':>6} {'ρ (/m²)':>9} " + " ".join(f"{c:>17}" for c in cols))
     for k in (10, 50):
@@ -254,7 +254,7 @@ def others_tables(x_all: np.ndarray, reps: int) -> None:
                     cells.append(f"{np.mean(err):.3f}/{np.mean(sav):.3f}")
             print(f"{k:>6} {rho:>9.0e} " + " ".join(f"{c:>17}" for c in cells))
 
-    print("\n## Threshold query (000 App. C, Alg. 9, central zCDP) — N = 10000, |H| ~ Binomial(N, 0.12)")
+    print("\n## Threshold query (Liang–Yi (adaptive budgeting) App. C, Alg. 9, central zCDP) — N = 10000, |H| ~ Binomial(N, 0.12)")
     print(f"{reps * 4} draws per cell; accuracy (fraction of correct Yes/No) / PrivSav mean")
     tvars = [("BM1", None, None), ("PM1-c4", 4, "even"), ("PM1-log-c10", 10, "doubling")]
     print(f"{'q':>6} {'ρ':>9} " + " ".join(f"{v[0]:>17}" for v in tvars))

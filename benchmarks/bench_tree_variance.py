@@ -4,7 +4,7 @@ Both estimators post-process the same kind of node table, so at equal σ they ha
 (binary_tree_cost). For each horizon L, n items with random per-window counts are run through one tree per
 estimator; the error of the unrounded running count is measured at every t = 1..L. Printed per L: the empirical
 MSE averaged over t (and its analytic value σ²·mean popcount(t) or mean Σ_{j∈bits(t)} V_j), the worst-t empirical
-error std against its analytic value, and the ratio optimal/plain. Also a few single-t rows (DESIGN.md §7
+error std against its analytic value, and the ratio optimal/plain. Also a few single-t rows (docs/contract.md §7
 "running count error std ≈ σ√popcount(t)").
 
     .venv/bin/python benchmarks/bench_tree_variance.py [--items 2000] [--sigma 1.0]

@@ -1,4 +1,4 @@
-"""Window close of the unknown-domain binary-mechanism tree: time and bytes per item (DESIGN.md §7).
+"""Window close of the unknown-domain binary-mechanism tree: time and bytes per item (docs/contract.md §7).
 
 Setting: L = 4096 (13 levels), 10⁶ live items, σ = 5, δ_item = 1e-9. The items are registered at window t0 − 1
 (their past nodes noised), then window t0 is closed with (a) every item touched and (b) 1% of items touched.

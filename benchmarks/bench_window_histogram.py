@@ -1,4 +1,4 @@
-"""Accuracy of the window histogram (001 Alg. 1 / Thm 7, Alg. 2 / Thm 8) against its analytic values (DESIGN.md §7).
+"""Accuracy of the window histogram (Rogers (unknown-domain) Alg. 1 / Thm 7, Alg. 2 / Thm 8) against its analytic values (docs/contract.md §7).
 
 Three measures, each with the analytic value beside the empirical one:
 

@@ -1,5 +1,6 @@
 # Sourced by demo.sh and test.sh: make .venv (installing Debian's python3-venv if needed) and install streamdp.
-# Usage: ensure_venv EXTRA   (EXTRA = "" or "[test]")
+# Usage: ensure_venv EXTRA   (EXTRA = "", "[demo]" or "[test]"). Versions are pinned by constraints.txt (the set
+# CI tested; regenerate it from a working venv: scripts/constraints.sh).
 ensure_venv() {
   local extra="$1" py="${PYTHON:-python3}"
   if [ ! -x .venv/bin/python ]; then
@@ -16,9 +17,9 @@ ensure_venv() {
     fi
   fi
   local stamp=".venv/.streamdp-installed${extra}"
-  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extra}"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".${extra}"
     touch "$stamp"
   fi
 }

@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh
-ensure_venv ""
+ensure_venv "[demo]"
 exec .venv/bin/streamdp demo "$@"

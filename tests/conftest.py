@@ -1,6 +1,6 @@
 """Shared fixtures. Integration fixtures start REAL servers (redis-server, tansu) on free loopback ports.
 
-A missing server binary is a test failure, not a skip (DESIGN.md §5; CI sets STREAMDP_REQUIRE_SERVERS=1).
+A missing server binary is a test failure, not a skip (docs/contract.md §5; CI sets STREAMDP_REQUIRE_SERVERS=1).
 """
 
 from __future__ import annotations

@@ -121,9 +121,13 @@ def test_k8s_worker_deployment_and_metrics_service(k8s):
     vol = next(v for v in pod["volumes"] if v["name"] == "config")
     assert os.path.dirname(run.config) == mount["mountPath"] and vol["configMap"]["name"] == "streamdp-config"
     assert os.path.basename(run.config) in k8s[("ConfigMap", "streamdp-config")]["data"]
+    # the store URL (with its password) from a mounted Secret file, never a Secret the manifests create
     env = {e["name"]: e for e in c["env"]}
-    ref = env["STREAMDP_STORE"]["valueFrom"]["secretKeyRef"]
-    assert ref["key"] in k8s[("Secret", ref["name"])]["stringData"]
+    path = env["STREAMDP_STORE_FILE"]["value"]
+    smount = next(m for m in c["volumeMounts"] if m["mountPath"] == os.path.dirname(path))
+    svol = next(v for v in pod["volumes"] if v["name"] == smount["name"])
+    assert svol["secret"]["secretName"] == "streamdp-redis" and smount["readOnly"]
+    assert not any(kind == "Secret" for kind, _ in k8s)
     assert pod["terminationGracePeriodSeconds"] >= 30
     svc = k8s[("Service", "streamdp-metrics")]
     port = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -143,7 +147,7 @@ def test_kustomization_lists_every_manifest():
 def test_dockerfile_installs_the_kafka_extra_and_runs_streamdp():
     with open(os.path.join(ROOT, "Dockerfile")) as f:
         text = f.read()
-    assert re.search(r'pip install "\.\[kafka\]"', text)
+    assert re.search(r'pip install -c constraints\.txt "\.\[kafka\]"', text)  # pinned, as CI installs
     entry = re.search(r"^ENTRYPOINT (.+)$", text, re.M).group(1)
     assert eval(entry) == ["streamdp"]  # noqa: S307 - a JSON list literal
     cmd = eval(re.search(r"^CMD (.+)$", text, re.M).group(1))  # noqa: S307
@@ -167,6 +171,11 @@ def test_operations_guide_names_the_real_commands_and_metrics():
         assert base in names, metric
 
 
+def _staged_ingest() -> dict:
+    (dep,) = [d for d in _yaml("deploy/staged/ingest-deployment.yaml") if d["kind"] == "Deployment"]
+    return dep
+
+
 def test_k8s_staged_overlay(k8s):
     (kz,) = _yaml("deploy/staged/kustomization.yaml")
     assert "../" in kz["resources"] and "ingest-deployment.yaml" in kz["resources"]
@@ -179,7 +188,7 @@ def test_k8s_staged_overlay(k8s):
     co, base = parser.parse_args(op["value"]), parser.parse_args(base_args)
     assert op["path"] == "/spec/template/spec/containers/0/args" and co.role == "coordinator"
     assert (co.config, co.metrics_port, co.metrics_host) == (base.config, base.metrics_port, base.metrics_host)
-    (dep,) = _yaml("deploy/staged/ingest-deployment.yaml")
+    dep = _staged_ingest()
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     ing = parser.parse_args(c["args"])
     assert ing.role == "ingest" and ing.config == base.config
@@ -220,7 +229,7 @@ def _k8s_metrics_containers(k8s) -> dict[str, tuple[dict, list[str], dict, dict]
     out["worker"] = (labels, c["args"], c)
     (ops,) = _yaml(os.path.join("deploy", "staged", "coordinator-patch.yaml"))
     out["staged coordinator"] = (labels, ops[0]["value"], c)
-    (ing,) = _yaml("deploy/staged/ingest-deployment.yaml")
+    ing = _staged_ingest()
     (ic,) = ing["spec"]["template"]["spec"]["containers"]
     out["staged ingest"] = (ing["spec"]["template"]["metadata"]["labels"], ic["args"], ic)
     result = {}
@@ -314,3 +323,124 @@ def test_networkpolicy_admits_only_monitoring_to_the_metrics_port(k8s):
             # a peer without a podSelector (or with an empty one) admits every pod of the selected namespaces
             assert sel.get("matchLabels") or sel.get("matchExpressions"), f"every pod of a namespace: {peer}"
             assert not _selects(sel, {}), peer
+
+
+# ---- the first deployment (issue 28): image, Secret, security context, disruptions, probes, scraping, compose --------
+
+def _pyproject_version() -> str:
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]["version"]
+
+
+def _pod_specs(k8s) -> dict[str, dict]:
+    """name → pod spec of every workload: the base manifests' and the staged overlay's."""
+    out = {f"{kind} {name}": d["spec"]["template"]["spec"] for (kind, name), d in k8s.items()
+           if kind in ("Deployment", "Job")}
+    out["Deployment streamdp-ingest (staged)"] = _staged_ingest()["spec"]["template"]["spec"]
+    return out
+
+
+def test_images_are_versioned_never_latest(compose, k8s):
+    version = _pyproject_version()
+    for name, pod in _pod_specs(k8s).items():
+        for c in pod["containers"]:
+            repo, _, tag = c["image"].rpartition(":")
+            assert tag and tag != "latest" and "/" not in tag, (name, c["image"])
+            if repo == "streamdp":
+                assert tag == version, (name, c["image"])  # the image built from this tree
+    (kz,) = _yaml("deploy/kustomization.yaml")
+    assert {"name": "streamdp", "newTag": version} in kz["images"]
+    for name, svc in compose["services"].items():
+        if "image" in svc:
+            assert not svc["image"].endswith(":latest") and ":" in svc["image"], name
+            if svc["image"].startswith("streamdp:"):
+                assert svc["image"] == f"streamdp:{version}", name
+
+
+def test_no_secret_is_generated_by_either_kustomization(k8s):
+    """`kubectl apply -k` used to install a Secret with the placeholder password CHANGE-ME; the operator creates it
+    (OPERATIONS.md says how), and nothing in deploy/ declares one."""
+    assert not any(kind == "Secret" for kind, _ in k8s)
+    for root, _dirs, files in os.walk(DEPLOY):
+        for f in files:
+            if f.endswith(".yaml"):
+                for d in _yaml(os.path.relpath(os.path.join(root, f), ROOT)):
+                    if isinstance(d, dict):  # (a JSON patch is a list)
+                        assert d.get("kind") != "Secret" and "secretGenerator" not in d, f
+    with open(os.path.join(DEPLOY, "OPERATIONS.md")) as f:
+        assert "kubectl create secret generic streamdp-redis" in f.read()
+
+
+def test_every_pod_meets_the_restricted_pod_security_standard(k8s):
+    """The "restricted" Pod Security Standard: non-root (a numeric user), no privilege escalation, every capability
+    dropped, the RuntimeDefault seccomp profile; and a read-only root filesystem (with an emptyDir /tmp)."""
+    for name, pod in _pod_specs(k8s).items():
+        psc = pod["securityContext"]
+        assert psc["runAsNonRoot"] is True and isinstance(psc["runAsUser"], int) and psc["runAsUser"] > 0, name
+        assert psc["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, name
+            assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add"), name
+            assert sc["readOnlyRootFilesystem"] is True, name
+            assert not sc.get("privileged"), name
+            tmp = next(m for m in c["volumeMounts"] if m["mountPath"] == "/tmp")
+            assert "emptyDir" in next(v for v in pod["volumes"] if v["name"] == tmp["name"]), name
+    with open(os.path.join(ROOT, "Dockerfile")) as f:
+        assert re.search(r"^USER 10001:10001$", f.read(), re.M)  # what runAsUser names
+
+
+def test_owner_and_standby_survive_a_drain_on_different_nodes(k8s):
+    dep = k8s[("Deployment", "streamdp-worker")]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    pdb = k8s[("PodDisruptionBudget", "streamdp-worker")]["spec"]
+    assert _selects(pdb["selector"], labels)
+    assert pdb.get("maxUnavailable") == 1 or pdb.get("minAvailable") == dep["spec"]["replicas"] - 1
+    anti = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    terms = [t.get("podAffinityTerm", t) for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])
+             + anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])]
+    assert any(t["topologyKey"] == "kubernetes.io/hostname" and _selects(t["labelSelector"], labels) for t in terms)
+    staged = {d["kind"]: d for d in _yaml("deploy/staged/ingest-deployment.yaml")}
+    assert _selects(staged["PodDisruptionBudget"]["spec"]["selector"],
+                    staged["Deployment"]["spec"]["template"]["metadata"]["labels"])
+
+
+def test_probes_use_readiness_and_every_metrics_pod_is_scraped(k8s):
+    """Readiness is /ready (Kafka and Redis reachable, no outage: streamdp/adapters/metrics.py), liveness /healthz;
+    every pod that serves metrics — the worker, the staged coordinator and ingest workers — carries the scrape
+    annotations for its metrics port."""
+    for name, (labels, args, raw, c) in _k8s_metrics_containers(k8s).items():
+        port, _host, _explicit = _metrics_bind(args, raw)
+        assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}, name
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}, name
+    for dep in (k8s[("Deployment", "streamdp-worker")], _staged_ingest()):
+        ann = dep["spec"]["template"]["metadata"]["annotations"]
+        port = dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+        assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == str(port)
+
+
+def test_compose_keeps_kafka_data_on_its_volume_and_serves_the_host(compose):
+    kafka = compose["services"]["kafka"]
+    env = kafka["environment"]
+    (vol,) = kafka["volumes"]
+    assert env["KAFKA_LOG_DIRS"] == vol.split(":")[1]  # topics and offsets survive `docker compose down`
+    import base64
+
+    assert len(base64.urlsafe_b64decode(env["CLUSTER_ID"] + "==")) == 16  # a fixed, valid cluster id
+    # a listener advertised to the host, published on loopback only (it reaches every topic)
+    adv = dict(x.split("://") for x in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+    host_port = adv["HOST"].split(":")[1]
+    assert adv["HOST"].startswith("localhost:") and f"HOST://:{host_port}" in env["KAFKA_LISTENERS"]
+    assert f"127.0.0.1:{host_port}:{host_port}" in kafka["ports"]
+    assert "HOST:PLAINTEXT" in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
+
+
+def test_compose_recipes_do_not_scale_away_a_dependency(compose):
+    """The staged recipe scales `worker` to 0: no service may depend on it (compose refuses to start then)."""
+    with open(os.path.join(ROOT, "docker-compose.yml")) as f:
+        header = f.read()
+    zero = set(re.findall(r"--scale (\w+)=0", header))
+    assert "worker" in zero
+    for name, svc in compose["services"].items():
+        deps = svc.get("depends_on") or {}
+        assert not zero & set(deps), (name, deps)

@@ -1,23 +1,23 @@
 """Concentrated geo-privacy (CGP) accounting: units, GP ↔ CGP conversions and the approximate-GP filter.
 
-Accounting notion ``cgp`` of DESIGN.md §3. A mechanism is ρ-CGP if D_α(M(x)‖M(x')) ≤ α·ρ·dist(x, x')² for all
-α > 1 (003 Def. 3; 000 Def. 4 with Λ = ∞): ρ is a loss **per unit distance squared**, so a ρ is meaningless
+Accounting notion ``cgp`` of docs/contract.md §3. A mechanism is ρ-CGP if D_α(M(x)‖M(x')) ≤ α·ρ·dist(x, x')² for all
+α > 1 (Liang–Yi (CGP) Def. 3; Liang–Yi (adaptive budgeting) Def. 4 with Λ = ∞): ρ is a loss **per unit distance squared**, so a ρ is meaningless
 without its unit, and ρ's of different units must be converted before they are added (composition is additive,
-003 Thm 3.2). An ε-GP parameter is a loss per unit distance (000 Def. 2).
+Liang–Yi (CGP) Thm 3.2). An ε-GP parameter is a loss per unit distance (Liang–Yi (adaptive budgeting) Def. 2).
 
 * :func:`convert_cgp_rho`, :func:`convert_gp_epsilon`, :func:`convert_distance` — change of distance unit.
   With d_new = d_old·(old unit / new unit): ρ_new = ρ_old·(new unit/old unit)², e.g. metres → km: ×10⁶.
-* :func:`gp_to_cgp` — ε-GP ⇒ ε²/2-CGP (003 Lemma 3.6; 000 Lemma 3.1).
-* :func:`cgp_to_gp_epsilon_at` — the family of 003 Lemma 3.7 (App. C) / 000 Lemma 3.2 eq. (3): ρ-CGP ⇒
+* :func:`gp_to_cgp` — ε-GP ⇒ ε²/2-CGP (Liang–Yi (CGP) Lemma 3.6; Liang–Yi (adaptive budgeting) Lemma 3.1).
+* :func:`cgp_to_gp_epsilon_at` — the family of Liang–Yi (CGP) Lemma 3.7 (App. C) / Liang–Yi (adaptive budgeting) Lemma 3.2 eq. (3): ρ-CGP ⇒
   (ε(s), δ, Δ)-GP for every s ∈ (1, 2/δ − 1) with ε(s) = max{g_δ(s)·√ρ, s·ρ·Δ},
   g_δ(s) = (s/(s−1))·2√(log(2/((s+1)δ))).
 * :func:`cgp_to_gp_epsilon` — that family minimised over s. g_δ decreases and sρΔ increases in s, so the
   minimum of the max is at their crossing, i.e. at the root of 2√(log(2/((s+1)δ))) = (s−1)·Δ·√ρ (divide the
   crossing equation by s/(s−1)); found by vectorised bisection in log(s−1). The value reported is the family
   member at a concrete s, so it is always a valid GP parameter.
-* :func:`cgp_to_gp_epsilon_simple` — the closed form ρΔ + 2√(ρ log(1/δ)) (003 Lemma 3.7), never smaller.
+* :func:`cgp_to_gp_epsilon_simple` — the closed form ρΔ + 2√(ρ log(1/δ)) (Liang–Yi (CGP) Lemma 3.7), never smaller.
 * :func:`approx_gp_filter_value` / :func:`approx_gp_filter_continue` — the approximate-GP privacy filter of
-  000 eq. (10): CONT iff min_{s>1} max(g_δ(s)·√(Σr), sΛ·Σr) ≤ B (the same minimisation with ρ = Σr, Δ = Λ).
+  Liang–Yi (adaptive budgeting) eq. (10): CONT iff min_{s>1} max(g_δ(s)·√(Σr), sΛ·Σr) ≤ B (the same minimisation with ρ = Σr, Δ = Λ).
 * :func:`approx_gp_budget` — that filter as a budget of the ``cgp`` notion. Its left side f(R) is a continuous,
   non-decreasing function of R = Σr alone (for each s both terms of the max increase with R; a minimum of
   non-decreasing functions is non-decreasing), and f(R) → 0 as R → 0, so CONT ⟺ f(Σr) ≤ B ⟺ Σr ≤ R*(B, δ, Λ)
@@ -137,14 +137,14 @@ def convert_distance(distance, from_unit: str | float, to_unit: str | float):
 
 # ---------------------------------------------------------------------------------------------- GP → CGP
 def gp_to_cgp(epsilon):
-    """ε-GP ⇒ ε²/2-CGP, in the same distance unit (003 Lemma 3.6; 000 Lemma 3.1)."""
+    """ε-GP ⇒ ε²/2-CGP, in the same distance unit (Liang–Yi (CGP) Lemma 3.6; Liang–Yi (adaptive budgeting) Lemma 3.1)."""
     e = _nonneg(epsilon, "epsilon")
     return _out(e * e / 2.0)
 
 
 # ---------------------------------------------------------------------------------------------- CGP → GP
 def g_delta(s, delta):
-    """g_δ(s) = (s/(s−1))·2√(log(2/((s+1)δ))) on s ∈ (1, 2/δ − 1] (000 eq. (10); 003 App. C)."""
+    """g_δ(s) = (s/(s−1))·2√(log(2/((s+1)δ))) on s ∈ (1, 2/δ − 1] (Liang–Yi (adaptive budgeting) eq. (10); Liang–Yi (CGP) App. C)."""
     s_, d = np.broadcast_arrays(_as_array(s, "s"), _delta(delta))
     if np.any(s_ <= 1):
         raise ValueError(f"s must be > 1, got {s!r}")
@@ -155,7 +155,7 @@ def g_delta(s, delta):
 
 
 def cgp_to_gp_epsilon_at(s, rho, delta, Delta):
-    """ε(s) = max{g_δ(s)·√ρ, sρΔ}: ρ-CGP ⇒ (ε(s), δ, Δ)-GP for any s ∈ (1, 2/δ − 1] (003 App. C)."""
+    """ε(s) = max{g_δ(s)·√ρ, sρΔ}: ρ-CGP ⇒ (ε(s), δ, Δ)-GP for any s ∈ (1, 2/δ − 1] (Liang–Yi (CGP) App. C)."""
     g = np.asarray(g_delta(s, delta))
     s_, r, D = np.broadcast_arrays(_as_array(s, "s"), _nonneg(rho, "rho"), _positive(Delta, "Delta"))
     return _out(np.maximum(g * np.sqrt(r), s_ * r * D))
@@ -245,26 +245,26 @@ def _min_family(R: np.ndarray, delta: np.ndarray, Lam: np.ndarray) -> np.ndarray
 
 
 def cgp_to_gp_epsilon(rho, delta, Delta):
-    """Smallest ε of the 003 Lemma 3.7 family: ρ-CGP ⇒ (ε, δ, Δ)-GP (ρ per unit², Δ in the same unit)."""
+    """Smallest ε of the Liang–Yi (CGP) Lemma 3.7 family: ρ-CGP ⇒ (ε, δ, Δ)-GP (ρ per unit², Δ in the same unit)."""
     r, d, D = np.broadcast_arrays(_nonneg(rho, "rho"), _delta(delta), _positive(Delta, "Delta"))
     return _out(_min_family(r, d, D))
 
 
 def cgp_to_gp_epsilon_simple(rho, delta, Delta):
-    """ε = ρΔ + 2√(ρ log(1/δ)) (003 Lemma 3.7 closed form; 000 Lemma 3.2 with s = 1 + 2√(ρ log(1/δ))/(ρΔ))."""
+    """ε = ρΔ + 2√(ρ log(1/δ)) (Liang–Yi (CGP) Lemma 3.7 closed form; Liang–Yi (adaptive budgeting) Lemma 3.2 with s = 1 + 2√(ρ log(1/δ))/(ρΔ))."""
     r, d, D = np.broadcast_arrays(_nonneg(rho, "rho"), _delta(delta), _positive(Delta, "Delta"))
     return _out(r * D + 2.0 * np.sqrt(r * -np.log(d)))
 
 
 # ---------------------------------------------------------------------------------- approximate-GP filter (10)
 def approx_gp_filter_value(sum_r, delta, Lambda):
-    """min_{s>1} max(g_δ(s)·√(Σr), sΛ·Σr) of 000 eq. (10) (Σr are CGP costs, per unit²; Λ in that unit)."""
+    """min_{s>1} max(g_δ(s)·√(Σr), sΛ·Σr) of Liang–Yi (adaptive budgeting) eq. (10) (Σr are CGP costs, per unit²; Λ in that unit)."""
     R, d, L = np.broadcast_arrays(_nonneg(sum_r, "sum_r"), _delta(delta), _positive(Lambda, "Lambda"))
     return _out(_min_family(R, d, L))
 
 
 def approx_gp_filter_continue(sum_r, budget_eps, delta, Lambda):
-    """000 eq. (10): CONT (True) iff min_{s>1} max(g_δ(s)·√(Σr), sΛ·Σr) ≤ B; HALT (False) otherwise.
+    """Liang–Yi (adaptive budgeting) eq. (10): CONT (True) iff min_{s>1} max(g_δ(s)·√(Σr), sΛ·Σr) ≤ B; HALT (False) otherwise.
 
     Λ must be finite and > 0 (with Λ = ∞ the left side is ∞ for any Σr > 0). Vectorised over its arguments.
     """

@@ -1,10 +1,10 @@
 """Privacy costs as fixed-point integer vectors.
 
-A user's privacy loss is tracked in three accounting notions (DESIGN.md §3):
+A user's privacy loss is tracked in three accounting notions (docs/contract.md §3):
 
-* ``zcdp`` — δ-approximate ρ-zCDP (Bun–Steinke; 001 Def. 2.2): components ``zcdp_rho`` and ``zcdp_delta``;
-* ``cgp``  — ρ-CGP per configured distance unit² (003 Def. 3.1; 000 §3): ``cgp_rho`` and ``cgp_delta``;
-* ``emd``  — (α, δ)-d_EM-DP (004): ``emd_alpha`` and ``emd_delta``.
+* ``zcdp`` — δ-approximate ρ-zCDP (Bun–Steinke; Rogers (unknown-domain) Def. 2.2): components ``zcdp_rho`` and ``zcdp_delta``;
+* ``cgp``  — ρ-CGP per configured distance unit² (Liang–Yi (CGP) Def. 3.1; Liang–Yi (adaptive budgeting) §3): ``cgp_rho`` and ``cgp_delta``;
+* ``emd``  — (α, δ)-d_EM-DP (Imola et al. (EMD)): ``emd_alpha`` and ``emd_delta``.
 
 Every component is stored as a non-negative integer in fixed point so that sums never drift past a budget:
 a *cost* is rounded **up** to the grid (:func:`cost_to_fixed`) and a *budget* is rounded **down**
@@ -135,7 +135,7 @@ def from_fixed(v: int, scale: int) -> float:
 
 @dataclass(frozen=True)
 class Cost:
-    """A privacy cost in real numbers, per notion. Costs add (zCDP Thm 6 in 001; CGP Thm 3.2 in 003)."""
+    """A privacy cost in real numbers, per notion. Costs add (zCDP Thm 6 in Rogers (unknown-domain); CGP Thm 3.2 in Liang–Yi (CGP))."""
 
     zcdp_rho: float = 0.0
     zcdp_delta: float = 0.0
@@ -184,7 +184,7 @@ class Cost:
 
     @classmethod
     def pure_dp(cls, epsilon: float) -> "Cost":
-        """A pure ε-DP mechanism is ε²/2-zCDP (001 Thm 3)."""
+        """A pure ε-DP mechanism is ε²/2-zCDP (Rogers (unknown-domain) Thm 3)."""
         return cls(zcdp_rho=_check_real(epsilon, "epsilon") ** 2 / 2)
 
     @classmethod

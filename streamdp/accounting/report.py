@@ -1,10 +1,10 @@
-"""What a per-user spend or budget means as (ε, δ)-DP and as geo-privacy — the conversions DESIGN.md §3 asks
-reports to show ("optimal zCDP→DP conversion; 003 Lemma 3.7 for CGP").
+"""What a per-user spend or budget means as (ε, δ)-DP and as geo-privacy — the conversions docs/contract.md §3 asks
+reports to show ("optimal zCDP→DP conversion; Liang–Yi (CGP) Lemma 3.7 for CGP").
 
 * ``zcdp`` — δ-approximate ρ-zCDP ⇒ (ε, δ + δ′)-DP with ε = :func:`~streamdp.accounting.zcdp.cks_epsilon` (ρ, δ′)
-  (001 Thm 3 form; Canonne–Kamath–Steinke 2020 Cor. 13, minimised over the Rényi order).
+  (Rogers (unknown-domain) Thm 3 form; Canonne–Kamath–Steinke 2020 Cor. 13, minimised over the Rényi order).
 * ``cgp`` — ρ-CGP per m² ⇒ (ε, δ + δ′, Δ)-GP, ε per km for every two locations at most Δ km apart
-  (003 Lemma 3.7 / App. C family, minimised over s: :func:`~streamdp.accounting.cgp.cgp_to_gp_epsilon`), after
+  (Liang–Yi (CGP) Lemma 3.7 / App. C family, minimised over s: :func:`~streamdp.accounting.cgp.cgp_to_gp_epsilon`), after
   converting ρ to per km² (×10⁶). The approximate part δ of the CGP notion adds to δ′ as in zCDP.
 * ``emd`` is already (α, δ)-d_EM-DP: nothing to convert.
 

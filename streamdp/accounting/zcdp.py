@@ -1,11 +1,11 @@
 """δ-approximate ρ-zCDP: composition and conversion to (ε, δ)-DP.
 
-Accounting notion ``zcdp`` of DESIGN.md §3 (001 Def. 2.2, Bun–Steinke 2016 / Papernot–Steinke 2022). Costs
-compose by adding both parameters (001 Thm 6 gives δ1 + δ2 − δ1δ2; we charge δ1 + δ2, which is never smaller).
+Accounting notion ``zcdp`` of docs/contract.md §3 (Rogers (unknown-domain) Def. 2.2, Bun–Steinke 2016 / Papernot–Steinke 2022). Costs
+compose by adding both parameters (Rogers (unknown-domain) Thm 6 gives δ1 + δ2 − δ1δ2; we charge δ1 + δ2, which is never smaller).
 
 Conversions to (ε, δ)-DP, used only for display (the budget itself is kept in ρ and δ):
 
-* :func:`bun_steinke_epsilon` — ε = ρ + 2√(ρ log(1/δ')) (001 Thm 3; Bun–Steinke 2016 Prop. 1.3).
+* :func:`bun_steinke_epsilon` — ε = ρ + 2√(ρ log(1/δ')) (Rogers (unknown-domain) Thm 3; Bun–Steinke 2016 Prop. 1.3).
 * :func:`cks_epsilon` — the tighter conversion of Canonne–Kamath–Steinke 2020 ("The Discrete Gaussian for
   Differential Privacy", Prop. 12 / Cor. 13): ρ-zCDP ⇒ (ε, δ')-DP with
 
@@ -84,7 +84,7 @@ def _out(a: np.ndarray):
 
 # ---------------------------------------------------------------------------------------------- composition
 def compose(costs: Iterable[Cost]) -> Cost:
-    """Sequential (adaptive) composition: every component adds (001 Thm 6, conservatively δ1 + δ2)."""
+    """Sequential (adaptive) composition: every component adds (Rogers (unknown-domain) Thm 6, conservatively δ1 + δ2)."""
     total = Cost()
     for c in costs:
         if not isinstance(c, Cost):
@@ -94,7 +94,7 @@ def compose(costs: Iterable[Cost]) -> Cost:
 
 
 def pure_dp_to_zcdp(epsilon: float) -> float:
-    """ε-DP ⇒ ε²/2-zCDP (001 Thm 3)."""
+    """ε-DP ⇒ ε²/2-zCDP (Rogers (unknown-domain) Thm 3)."""
     e = float(epsilon)
     if not math.isfinite(e) or e < 0:
         raise ValueError(f"epsilon must be finite and ≥ 0, got {epsilon!r}")
@@ -103,7 +103,7 @@ def pure_dp_to_zcdp(epsilon: float) -> float:
 
 # ------------------------------------------------------------------------------------------ Bun–Steinke (Thm 3)
 def bun_steinke_epsilon(rho, delta):
-    """ε = ρ + 2√(ρ log(1/δ)) — 001 Thm 3: ρ-zCDP ⇒ (ε, δ)-DP for every δ ∈ (0, 1)."""
+    """ε = ρ + 2√(ρ log(1/δ)) — Rogers (unknown-domain) Thm 3: ρ-zCDP ⇒ (ε, δ)-DP for every δ ∈ (0, 1)."""
     r, d = np.broadcast_arrays(_rho(rho), _delta(delta))
     return _out(r + 2.0 * np.sqrt(r * -np.log(d)))
 
@@ -277,7 +277,7 @@ def gaussian_exact_epsilon(rho, delta):
 
 # ------------------------------------------------------------------------------------ approximate zCDP → DP
 def zcdp_to_dp(rho, delta_approx, delta_target):
-    """ε such that δ_approx-approximate ρ-zCDP ⇒ (ε, δ_target)-DP, δ_target = δ_approx + δ' (001 Thm 3 form,
+    """ε such that δ_approx-approximate ρ-zCDP ⇒ (ε, δ_target)-DP, δ_target = δ_approx + δ' (Rogers (unknown-domain) Thm 3 form,
     with the CKS conversion for the ρ part). Requires δ_target > δ_approx."""
     da = _as_array(delta_approx, "delta_approx")
     if np.any(da < 0) or np.any(da >= 1):

@@ -5,9 +5,20 @@ counters (dead letters by reason, late events, admitted and halted users, window
 held events, checkpoint version, ownership). ``streamdp_release_max_cost_total`` sums, per query and privacy
 parameter, the maximum individual cost of every release — an upper bound on what any one user has spent through
 that query since the worker started.
+
+Besides ``/metrics`` the endpoint answers ``/ready`` — 200 once the worker has started (connected to Kafka, and for
+the roles that use one, restored from its budget store) and while no outage holds it; 503 with the reason during a
+Redis or Kafka outage or before the start — and ``/healthz`` (200 while the process serves HTTP). Kubernetes'
+readiness probe uses ``/ready``: a pod in an outage leaves the Service's endpoints, and a rolling update waits for
+the new pod to reach Kafka and Redis before it stops an old one. ``streamdp_consumer_lag{topic,partition}`` is
+the number of records between the worker's fetch position and the partition's high watermark.
 """
 
 from __future__ import annotations
+
+import asyncio
+import threading
+import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -57,7 +68,55 @@ class WorkerMetrics:
                                        "beyond the expected offset, foreign: another deployment's, unattributed: "
                                        "format version 1)",
                                        ["why"], registry=r)
+        self.ready = Gauge("streamdp_ready", "1 while the worker is started and not held by an outage (/ready)",
+                           registry=r)
+        self.consumer_lag = Gauge("streamdp_consumer_lag",
+                                  "records between the fetch position and the high watermark, per source partition",
+                                  ["topic", "partition"], registry=r)
         self._base: dict = {}
+        self._ready_lock = threading.Lock()
+        self._not_ready = "starting"  # None when ready, else why not
+        self._lag_at = 0.0
+
+    # ---- readiness -----------------------------------------------------------------------------------------
+    def set_ready(self, why_not: str | None = None) -> None:
+        """Ready (``why_not`` None) or not, with the reason ``/ready`` gives (e.g. ``"outage: redis …"``)."""
+        with self._ready_lock:
+            self._not_ready = why_not
+        self.ready.set(0 if why_not else 1)
+
+    def readiness(self) -> tuple[bool, str]:
+        with self._ready_lock:
+            why = self._not_ready
+        return (why is None, "ready" if why is None else f"not ready: {why}")
+
+    async def export_lag(self, consumer, topic: str, every: float = 1.0) -> None:
+        """``streamdp_consumer_lag`` of ``consumer``'s partitions of ``topic`` (at most once per ``every`` s): the
+        high watermark of the last fetch answer minus the fetch position; partitions no longer assigned vanish."""
+        now = time.monotonic()
+        if now - self._lag_at < every:
+            return
+        self._lag_at = now
+        lags = {}
+        try:
+            for tp in consumer.assignment():
+                if tp.topic != topic:
+                    continue
+                hw = consumer.highwater(tp)
+                if hw is None:
+                    continue
+                try:  # a partition without a position yet (just assigned) is skipped, never waited for
+                    pos = await asyncio.wait_for(consumer.position(tp), 0.5)
+                except asyncio.TimeoutError:
+                    continue
+                lags[tp.partition] = max(0, int(hw) - int(pos))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the lag is a metric: it never stops a fetch (nothing exported this time)
+            return
+        self.consumer_lag.clear()
+        for p, lag in sorted(lags.items()):
+            self.consumer_lag.labels(topic=topic, partition=str(p)).set(lag)
 
     def baseline(self, counters) -> None:
         """Remember the engine counters (after a restore) so that only later increments are exported."""
@@ -90,5 +149,20 @@ class WorkerMetrics:
                         self.max_cost.labels(query=rec.query, notion=notion, param=param).inc(float(x))
 
     def serve(self, port: int, addr: str = "127.0.0.1"):
-        """Start the HTTP endpoint (a daemon thread); returns (server, thread)."""
-        return start_http_server(port, addr=addr, registry=self.registry)
+        """Start the HTTP endpoint (a daemon thread): ``/ready``, ``/healthz``, and the metrics on every other path
+        (as prometheus_client serves them); returns (server, thread)."""
+        httpd, thread = start_http_server(port, addr=addr, registry=self.registry)
+        metrics_app = httpd.get_app()
+
+        def app(environ, start_response):
+            path = environ.get("PATH_INFO", "")
+            if path in ("/ready", "/healthz"):
+                ok, text = self.readiness() if path == "/ready" else (True, "ok")
+                body = (text + "\n").encode()
+                start_response("200 OK" if ok else "503 Service Unavailable",
+                               [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+                return [body]
+            return metrics_app(environ, start_response)
+
+        httpd.set_app(app)
+        return httpd, thread

@@ -1,4 +1,4 @@
-"""User-level contribution bounding for continual counts (DESIGN.md §3, "Continual counts, user level").
+"""User-level contribution bounding for continual counts (docs/contract.md §3, "Continual counts, user level").
 
 * Per window a user adds at most Δ0 **distinct** items; a user with more keeps a uniform random subset of size Δ0,
   drawn from the secure generator (the choice depends only on that user's own data).
@@ -32,7 +32,7 @@ def pair_keys(user_ids: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
 
 
 def delta0_subset(users: np.ndarray, delta0: int, rng: np.random.Generator) -> np.ndarray | None:
-    """At most Δ0 distinct items per user (DESIGN.md §3): ``users`` holds the user of each distinct (user, item)
+    """At most Δ0 distinct items per user (docs/contract.md §3): ``users`` holds the user of each distinct (user, item)
     pair, sorted by user; a user with more than Δ0 pairs keeps a uniform random subset of Δ0 (random priority, the
     Δ0 smallest kept). Returns the keep mask, or None when no user is over Δ0 (then nothing is drawn)."""
     if users.size == 0:

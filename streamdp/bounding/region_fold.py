@@ -1,4 +1,4 @@
-"""Bounding a location to a lat/lon region without a cliff: fold the sphere onto a cap (DESIGN.md §3 ``cgp``).
+"""Bounding a location to a lat/lon region without a cliff: fold the sphere onto a cap (docs/contract.md §3 ``cgp``).
 
 The geo and range kinds need every location inside a region R = [lat_min, lat_max] × [lon_min, lon_max]: there a
 planar distance is bounded by the great-circle one, d_u ≤ d_true/c (``PlanarFrame.metres_per_unit``). Dropping the

@@ -70,3 +70,38 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 def log_level(text: str) -> str:
     return text.upper()
+
+
+def origin_time(text: str) -> float:
+    """A public start time (``--origin``): Unix seconds, or an ISO 8601 date or date-time — UTC unless it carries
+    an offset (``2024-01-01``, ``2024-01-01T06:00``, ``2024-01-01T06:00:00+02:00``, ``…Z``)."""
+    import datetime as dt
+
+    try:
+        v = float(text)
+    except ValueError:
+        try:
+            d = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected Unix seconds or an ISO date/time such as 2024-01-01 or 2024-01-01T00:00:00Z, got {text!r}"
+            ) from None
+        if d.tzinfo is None:
+            d = d.replace(tzinfo=dt.timezone.utc)
+        v = d.timestamp()
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"expected a time at or after 1970-01-01, got {text!r}")
+    return v
+
+
+def plain_help(doc: str | None) -> str:
+    """A module docstring (reStructuredText) as plain text for ``--help``: ``code`` marks become `code`, roles
+    such as :mod:`x` become x, a literal-block ``::`` becomes ``:``."""
+    import re
+
+    if not doc:
+        return ""
+    text = re.sub(r":(?:mod|func|class|meth|attr|data):`~?([^`]+)`", r"\1", doc)
+    text = re.sub(r"``([^`]+)``", r"`\1`", text)
+    text = re.sub(r"(\S)::$", r"\1:", text, flags=re.M)
+    return text.strip()

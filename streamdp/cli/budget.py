@@ -1,4 +1,4 @@
-"""``streamdp budget``: inspect and manage the per-user privacy filters (000 Alg. 1–2; DESIGN.md §3).
+"""``streamdp budget``: inspect and manage the per-user privacy filters (Liang–Yi (adaptive budgeting) Alg. 1–2; docs/contract.md §3).
 
     streamdp budget show USER [--delta-prime D] [--gp-within-km KM]
     streamdp budget list [--exhausted] [--top N] [--notion zcdp|cgp|emd]
@@ -21,9 +21,9 @@ A user as JSON (one entry per notion in use, i.e. with a non-zero budget or spen
     {"user": "u17", "halted": false,
      "zcdp": {"spent": 0.25, "budget": 1.0, "delta_spent": 1e-08, "delta_budget": 1e-06}}
 
-``show`` also gives what the spend and the budget mean (DESIGN.md §3, :mod:`streamdp.accounting.report`):
+``show`` also gives what the spend and the budget mean (docs/contract.md §3, :mod:`streamdp.accounting.report`):
 ``zcdp`` as (ε, δ + δ′)-DP (CKS conversion) and ``cgp`` as (ε per km, δ + δ′)-geo-privacy for locations at most
-``--gp-within-km`` apart (003 Lemma 3.7); δ′ is ``--delta-prime`` (default 1e-6). In JSON under ``converted``::
+``--gp-within-km`` apart (Liang–Yi (CGP) Lemma 3.7); δ′ is ``--delta-prime`` (default 1e-6). In JSON under ``converted``::
 
     "converted": {"zcdp": {"spent": {"epsilon": 3.54, "delta": 1.01e-06}, "budget": {"epsilon": 7.77, "delta": 2e-06}}}
 
@@ -61,7 +61,7 @@ import numpy as np
 from streamdp.accounting.cost import (DELTA_SCALE, INT64_MAX, LOSS_SCALE, NOTIONS, SCALES, budget_to_fixed,
                                       check_budget_range, from_fixed, max_budget_text)
 from streamdp.accounting.report import DEFAULT_DELTA_PRIME, DEFAULT_GP_WITHIN_KM, as_dp, as_gp
-from streamdp.cli.arguments import positive_int
+from streamdp.cli.arguments import plain_help, positive_int
 from streamdp.cli.main import CLIError
 from streamdp.filter.store import BudgetStore, StoreError, UserBudget
 from streamdp.input.events import MAX_USER_LEN
@@ -155,7 +155,13 @@ def _print_json(obj) -> None:
 
 # ------------------------------------------------------------------------------------------------ the store
 def _open_store(args, *, write: bool = False) -> BudgetStore:
-    url = args.store or os.environ.get("STREAMDP_STORE")
+    from streamdp.config.kinds import ConfigError
+    from streamdp.config.secrets import secret
+
+    try:
+        url = args.store or secret("STREAMDP_STORE")  # or the file named by $STREAMDP_STORE_FILE
+    except ConfigError as e:
+        raise CLIError(str(e), code=1) from None
     if not url:
         raise CLIError("no budget store: pass --store URL (redis://…, rediss://…, unix://… or a file path) "
                        "or set STREAMDP_STORE")
@@ -288,7 +294,7 @@ def _show(args, st: BudgetStore) -> int:
               f"budget {_conv_text(c['budget'])}")
     if "cgp" in conv:
         c = conv["cgp"]
-        print(f"cgp as geo-privacy, ε per km for locations ≤ {args.gp_within_km:g} km apart (003 Lemma 3.7, "
+        print(f"cgp as geo-privacy, ε per km for locations ≤ {args.gp_within_km:g} km apart (Liang–Yi (CGP) Lemma 3.7, "
               f"δ′ = {args.delta_prime:g}): spent {_conv_text(c['spent'], '_per_km')}; "
               f"budget {_conv_text(c['budget'], '_per_km')}")
     return 0
@@ -681,7 +687,7 @@ def _one_line_errors(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def register(subparsers) -> None:
     p = _one_line_errors(subparsers.add_parser(
         "budget", help="inspect and manage per-user privacy budgets",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+        description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter))
     sub = p.add_subparsers(dest="budget_command", metavar="ACTION")
     sub.required = True
 

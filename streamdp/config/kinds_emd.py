@@ -1,4 +1,4 @@
-"""Query kinds ``emd_linear`` and ``emd_frequency`` (004 metric DP under the earth mover's distance), registered on
+"""Query kinds ``emd_linear`` and ``emd_frequency`` (Imola et al. (EMD): metric DP under the earth mover's distance), registered on
 import."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _build(name):
 
 register(QueryKind(
     kind="emd_linear",
-    source="004 Alg. 1 (PrivEMDLinear), Thm 4.1, Lemma 4.2 (central model, omega = 1/(n*alpha))",
+    source="Imola et al. (EMD) Alg. 1 (PrivEMDLinear), Thm 4.1, Lemma 4.2 (central model, omega = 1/(n*alpha))",
     notion="emd",
     cost="per user with >= 1 featured item in the window: alpha (delta = 0), per unit of d_EM under "
          "d_X(x, y) = ||f(x) - f(y)||_2 / lipschitz",
@@ -62,7 +62,7 @@ register(QueryKind(
 
 register(QueryKind(
     kind="emd_frequency",
-    source="004 Alg. 2/4 (PrivEMDItemWise + FreqEstLocal), §6.2 clustered k-RR, Thm 4.4 (composition / FMT22 "
+    source="Imola et al. (EMD) Alg. 2/4 (PrivEMDItemWise + FreqEstLocal), §6.2 clustered k-RR, Thm 4.4 (composition / FMT22 "
            "shuffle bound, local model)",
     notion="emd",
     cost="per user with m items of the domain in the window (1 <= m <= max_items): alpha = m*alpha0, delta = 0 "

@@ -1,4 +1,4 @@
-"""Query kinds ``geo_locations``, ``geo_knn`` and ``geo_convex_hull`` (003), registered on import.
+"""Query kinds ``geo_locations``, ``geo_knn`` and ``geo_convex_hull`` (Liang–Yi (CGP)), registered on import.
 
 Costs are recorded in the ``cgp`` notion per canonical m² of great-circle distance (``streamdp/engine/queries/
 geo.py``: ρ per configured unit² divided by c², c = the region's metres-per-unit lower bound).
@@ -11,11 +11,11 @@ from streamdp.config.kinds import ConfigError, Param, QueryKind, public_window_c
 # Upper bounds (config review 11, F3 / F10). They equal streamdp.engine.queries.geo.MAX_HULL_K and MAX_PNN_CYCLES,
 # which the query classes enforce too (literals here: this module does not import the engine at registration;
 # tests/config/test_geo_bounds_review11.py checks that they agree). Why these values: the notes at those constants.
-# k (geo_convex_hull anchor directions): 003 clips its automatic k to [16, 128]; the release allocates O(k) and runs
+# k (geo_convex_hull anchor directions): Liang–Yi (CGP) clips its automatic k to [16, 128]; the release allocates O(k) and runs
 # k PNNs after the users were charged, so k = 10**9 crashed the window close. 4096 = 32 x 128 is generous.
 _MAX_HULL_K = 4096
 # max_cycles (PNN's SVT cap): a window close is linear in max_cycles*n*k; gamma0 >= 0 halts within a few cycles and
-# 003's gamma0 = -6/eps within tens, so 10**6 (1000 x the default) is generous and 2**62 (never ends) is refused.
+# Liang–Yi (CGP)'s gamma0 = -6/eps within tens, so 10**6 (1000 x the default) is generous and 2**62 (never ends) is refused.
 _MAX_PNN_CYCLES = 1_000_000
 
 _CONVERSION = ("; converted from per unit^2 to the canonical per m^2 of great-circle distance as rho/c^2, "
@@ -70,7 +70,7 @@ def _lazy(name):
 
 register(QueryKind(
     kind="geo_locations",
-    source="003 Thm 4.8 (CGP identity query, dist_inf split), Thm 3.1; Thm 4.6 / Lemma 2.6 (planar Laplace), "
+    source="Liang–Yi (CGP) Thm 4.8 (CGP identity query, dist_inf split), Thm 3.1; Thm 4.6 / Lemma 2.6 (planar Laplace), "
            "Lemma 3.6 (GP -> CGP)",
     notion="cgp",
     cost="per user with a loc in the region: rho (mechanism cgp) or epsilon^2/2 (mechanism gp) per unit^2"
@@ -84,8 +84,8 @@ register(QueryKind(
         Param("epsilon", "float", "eps-GP per unit of the whole release (mechanism gp)", default=None, gt=0),
         Param("mechanism", "str", "'cgp' (Gaussian) or 'gp' (planar Laplace)", default="cgp",
               choices=("cgp", "gp")),
-        Param("neighbourhood", "str", "'dist_inf' (003: all points may move; noise grows with sqrt(n) or n) or "
-              "'user' (one user's location moves: DESIGN's unit)", default="user",
+        Param("neighbourhood", "str", "'dist_inf' (Liang–Yi (CGP): all points may move; noise grows with sqrt(n) or n) or "
+              "'user' (one user's location moves: the contract's unit)", default="user",
               choices=("dist_inf", "user")),
     ) + _FRAME,
     build=_build("GeoLocations"),
@@ -95,7 +95,7 @@ register(QueryKind(
 
 register(QueryKind(
     kind="geo_knn",
-    source="003 Alg. 2/3 (PNN, k-PNN), Thm 3.1 (Gaussian), Thm 3.2 (composition)",
+    source="Liang–Yi (CGP) Alg. 2/3 (PNN, k-PNN), Thm 3.1 (Gaussian), Thm 3.2 (composition)",
     notion="cgp",
     cost="per user with a loc in the region: rho per unit^2 (per query point: k-PNN at select_share*rho/m, "
          "Gaussian release at (1-select_share)*rho/m)" + _CONVERSION,
@@ -111,7 +111,7 @@ register(QueryKind(
         Param("select_share", "float", "share of rho spent on the k-PNN selection", default=0.5, gt=0, lt=1),
         Param("neighbourhood", "str", "sensitivity of the released means: 'dist_inf' (1) or 'user' (1/k)",
               default="user", choices=("dist_inf", "user")),
-        Param("gamma0_factor", "float", "PNN threshold shift gamma0 = c/eps_j (0: 003 Thm 4.11)", default=0.0),
+        Param("gamma0_factor", "float", "PNN threshold shift gamma0 = c/eps_j (0: Liang–Yi (CGP) Thm 4.11)", default=0.0),
         Param("max_cycles", "int", "PNN's SVT cap in cycles through the users (then a data-independent "
               "fallback); a window close is linear in max_cycles*n*k", default=1000, min=1, max=_MAX_PNN_CYCLES),
     ) + _FRAME,
@@ -122,7 +122,7 @@ register(QueryKind(
 
 register(QueryKind(
     kind="geo_convex_hull",
-    source="003 Alg. 4 (private convex hull), Thm 4.16, Lemma F.1",
+    source="Liang–Yi (CGP) Alg. 4 (private convex hull), Thm 4.16, Lemma F.1",
     notion="cgp",
     cost="per user with a loc in the region: rho per unit^2 (anchor_share*rho for the anchor release, the rest "
          "for Alg. 4)" + _CONVERSION,
@@ -138,7 +138,7 @@ register(QueryKind(
               "[k_min, k_max])", default=0, min=0, max=_MAX_HULL_K),
         Param("k_min", "int", "smallest automatic k (k = 0 only)", default=16, min=1, max=_MAX_HULL_K),
         Param("k_max", "int", "largest automatic k (k = 0 only)", default=128, min=1, max=_MAX_HULL_K),
-        Param("gamma0_factor", "float", "PNN threshold shift gamma0 = c/eps_1 (0: 003 Thm 4.11)", default=0.0),
+        Param("gamma0_factor", "float", "PNN threshold shift gamma0 = c/eps_1 (0: Liang–Yi (CGP) Thm 4.11)", default=0.0),
         Param("max_cycles", "int", "PNN's SVT cap in cycles through the users; a window close is linear in "
               "max_cycles*n*k", default=1000, min=1, max=_MAX_PNN_CYCLES),
     ) + _FRAME,

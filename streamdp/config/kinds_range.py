@@ -1,5 +1,5 @@
-"""Query kinds ``range_counts``, ``kde_point``, ``knn_point`` (000 Alg. 3 + PIE, CGP) and ``threshold_count``
-(000 App. C, zCDP), registered on import. See docs/query_range.md.
+"""Query kinds ``range_counts``, ``kde_point``, ``knn_point`` (Liang–Yi (adaptive budgeting) Alg. 3 + PIE, CGP) and ``threshold_count``
+(Liang–Yi (adaptive budgeting) App. C, zCDP), registered on import. See docs/query_range.md.
 
 CGP costs are recorded per canonical m² (the unit of the geo kinds): ρ per configured unit² divided by c², c the
 metres per unit (exactly 10^3 for km, 1 for m; the region's lower bound for lat/lon input).
@@ -13,7 +13,7 @@ _UNITS = ("km", "m", "degrees")
 _ESTIMATORS = ("pm1", "pm0", "bm1", "bm0")
 
 _ALG3_COST = (
-    "per user located in the query's window: reserve r_i = gamma_l*(B_i - (m-l+1)/m*B) + B/m (000 Alg. 3, exact "
+    "per user located in the query's window: reserve r_i = gamma_l*(B_i - (m-l+1)/m*B) + B/m (Liang–Yi (adaptive budgeting) Alg. 3, exact "
     "integers rounded down; uniform B/m with reuse_savings = false), settle to the executed PIE rounds (all of "
     "r_i for bm0/bm1); B_i -= executed. Recorded per m^2: rho/c^2 (c = metres per unit: 1000 for km, exact; "
     "region bound for lat/lon), rounded up, capped at P - C_i (P = B/c^2 rounded up, the published cost.cgp.rho; "
@@ -38,23 +38,23 @@ _FRAME = (
           "the metres-per-unit conversion; a location outside is folded onto the region's edge, not dropped", default=None),
     Param("location", "str", "a user's window location from their events with a usable loc",
           default="last", choices=("last", "first", "mean")),
-    Param("reuse_savings", "bool", "000 Alg. 3 reallocation of savings (false: uniform B/m per query)",
+    Param("reuse_savings", "bool", "Liang–Yi (adaptive budgeting) Alg. 3 reallocation of savings (false: uniform B/m per query)",
           default=True),
     Param("rounds", "int", "c: PIE rounds per query (pm0 / pm1 only)", default=4, min=1, max=64),
     Param("split", "str", "round budgets (pm0 / pm1 only): 'even' (r/c each) or 'doubling' (2^(j-1)/(2^c-1)*r)", default="even",
           choices=("even", "doubling")),
-    Param("beta", "float", "failure probability beta (beta0 = beta/4 drives the elimination, 000 Remark 6; "
+    Param("beta", "float", "failure probability beta (beta0 = beta/4 drives the elimination, Liang–Yi (adaptive budgeting) Remark 6; "
           "pm0 / pm1 only)",
           default=0.1, gt=0, lt=1),
 )
 
 
 def _unused(a: dict) -> dict[str, str]:
-    """Parameters the estimator does not read: the baselines (000 §6.2.1) are one Gaussian release, no PIE rounds
+    """Parameters the estimator does not read: the baselines (Liang–Yi (adaptive budgeting) §6.2.1) are one Gaussian release, no PIE rounds
     and no elimination; App. B's shift is of the distance privatisation's threshold."""
     out = {}
     if a["estimator"] in ("bm0", "bm1"):
-        why = f"only used by the PIE estimators pm0 / pm1; the baseline {a['estimator']!r} is one release (000 §6.2.1)"
+        why = f"only used by the PIE estimators pm0 / pm1; the baseline {a['estimator']!r} is one release (Liang–Yi (adaptive budgeting) §6.2.1)"
         out.update({"rounds": why, "split": why, "beta": why})
     if "shift" in a and a["estimator"] in ("pm0", "bm0"):
         out["shift"] = (f"App. B's shift is of the distance privatisation's threshold (pm1 / bm1), not used by "
@@ -89,7 +89,7 @@ def _build(name):
 
 register(QueryKind(
     kind="range_counts",
-    source="000 Alg. 3 (sequential budgeting with savings), Alg. 4 (PIE-NI), Alg. 6 + App. A/B (range counting "
+    source="Liang–Yi (adaptive budgeting) Alg. 3 (sequential budgeting with savings), Alg. 4 (PIE-NI), Alg. 6 + App. A/B (range counting "
            "PM0/PM1, baselines BM0/BM1), Thm 4.4",
     notion="cgp",
     cost=_ALG3_COST,
@@ -103,7 +103,7 @@ register(QueryKind(
         *_FRAME,
         Param("estimator", "str", "pm1 (distance privatisation), pm0 (point), bm1 / bm0 (baselines, no savings)",
               default="pm1", choices=_ESTIMATORS),
-        Param("shift", "bool", "000 App. B shift of the pm1/bm1 threshold (pm1 / bm1 only)", default=True),
+        Param("shift", "bool", "Liang–Yi (adaptive budgeting) App. B shift of the pm1/bm1 threshold (pm1 / bm1 only)", default=True),
     ),
     build=_build("RangeCounts"),
     validate=_validate("RangeCounts"),
@@ -112,7 +112,7 @@ register(QueryKind(
 
 register(QueryKind(
     kind="kde_point",
-    source="000 Alg. 3, Alg. 4 (PIE-NI), Alg. 7 (Gaussian KDE with len_p, nu_high = 6b), Thm 4.4",
+    source="Liang–Yi (adaptive budgeting) Alg. 3, Alg. 4 (PIE-NI), Alg. 7 (Gaussian KDE with len_p, nu_high = 6b), Thm 4.4",
     notion="cgp",
     cost=_ALG3_COST,
     doc="m registered points bound to windows: private Gaussian KDE (1/n) sum exp(-|x_i - p|^2/(2b^2)) over the "
@@ -133,7 +133,7 @@ register(QueryKind(
 
 register(QueryKind(
     kind="knn_point",
-    source="000 Alg. 3, Alg. 5 (PIE-k), Alg. 8 (k nearest users), Lemmas 6.6/6.7, Thm 4.4",
+    source="Liang–Yi (adaptive budgeting) Alg. 3, Alg. 5 (PIE-k), Alg. 8 (k nearest users), Lemmas 6.6/6.7, Thm 4.4",
     notion="cgp",
     cost=_ALG3_COST + "; with n <= k located users nobody pays",
     doc="m registered points bound to windows: the private distances (ascending) of the k located users "
@@ -154,7 +154,7 @@ register(QueryKind(
 
 register(QueryKind(
     kind="threshold_count",
-    source="000 App. C, Alg. 9 (threshold query by PIE-NI, central model; S0/S1 fixed), Bun-Steinke Prop. 1.6",
+    source="Liang–Yi (adaptive budgeting) App. C, Alg. 9 (threshold query by PIE-NI, central model; S0/S1 fixed), Bun-Steinke Prop. 1.6",
     notion="zcdp",
     cost="per user with an event in the query's window: reserve rho (zCDP, delta 0), settle to the executed rounds "
          "sum_{s<=j} rho_s (users without the item too: charging only the counted users would publish the count "

@@ -183,7 +183,7 @@ _WHY_REQUIRED = {
     ("service", "origin"): (
         " (the event time where window 1 starts, e.g. a midnight UTC in Unix seconds: windows are numbered from a"
         " configured, public time, because an origin taken from the first event would put that one event's time"
-        " into every published window's bounds; DESIGN.md §2)"),
+        " into every published window's bounds; docs/contract.md §2)"),
 }
 
 
@@ -261,7 +261,7 @@ def _component_text(values: dict) -> str:
 
 
 def budget_warnings(budget: Cost, queries: list) -> list[str]:
-    """What a valid config does that halts users for good (HALT is permanent, DESIGN §3), with ``budget`` as the
+    """What a valid config does that halts users for good (HALT is permanent, contract §3), with ``budget`` as the
     default budget: a query charged in a notion whose default ρ (α for emd) budget is 0 halts every user at their
     first event; a query whose per-window worst-case cost — where its kind computes one from the parameters
     (``QueryKind.window_cost``: the query's own cost code) — exceeds the default budget in some component halts

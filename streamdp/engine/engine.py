@@ -1,4 +1,4 @@
-"""The release engine: windows → bounding → filter → mechanisms → release records (DESIGN.md §2–4).
+"""The release engine: windows → bounding → filter → mechanisms → release records (docs/contract.md §2–4).
 
 Pure core: the only outside object it talks to is a :class:`~streamdp.filter.store.BudgetStore` (in-memory in the
 embedded pipeline, Redis in the service), through the store contract.
@@ -108,7 +108,7 @@ class EngineConfig:
         if self.origin is None:  # a keyword after defaults, so it cannot be a plain required field
             raise ValueError("origin: required — the event time where window 1 starts. Windows are numbered from a "
                              "configured, public time: an origin taken from the first event would put that one "
-                             "event's time into every published window's bounds (DESIGN.md §2)")
+                             "event's time into every published window's bounds (docs/contract.md §2)")
 
 
 @dataclass
@@ -354,7 +354,7 @@ class ReleaseEngine:
         present = unique_sorted(w.user_ids)
         all_users = unique_sorted(np.concatenate([present] + [r.users for r in reservations]))
         total = np.zeros((all_users.size, N_COMPONENTS), dtype=np.int64)
-        for r in reservations:  # the queries' costs add: zCDP (001 Thm 6) and CGP (003 Thm 3.2) compose additively
+        for r in reservations:  # the queries' costs add: zCDP (Rogers (unknown-domain) Thm 6) and CGP (Liang–Yi (CGP) Thm 3.2) compose additively
             if r.users.size:
                 _add_rows(total, all_users, r.users, r.costs, subset=True)
         # the replay digest of this close: the store trusts a second admit of (scope, seq) only under the same one

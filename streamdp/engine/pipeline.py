@@ -14,7 +14,7 @@ from streamdp.windows.tumbling import rejection_detail
 class EmbeddedPipeline:
     """``before_publish``: called before the releases of closed windows go to the sinks — a store that is not
     durable by itself (the embedded file store) saves there, so that the charges and the release log of every
-    published release are on disk first (DESIGN §3: charges are committed before anything is published; a re-run
+    published release are on disk first (contract §3: charges are committed before anything is published; a re-run
     must not publish the same quantity with fresh noise)."""
 
     def __init__(self, engine: ReleaseEngine, sinks: list, on_window: Callable[[WindowSummary], None] | None = None,

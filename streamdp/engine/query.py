@@ -4,7 +4,7 @@ At every window close the engine hands each query the window's (interned, valida
 
 1. :meth:`WindowQuery.prepare` — bounds the data and states, for every user with data in the window, the
    (worst-case) cost it would charge them. The cost depends only on public configuration, earlier releases and
-   the user's own bounded data — never on this release's noise (DESIGN.md §3).
+   the user's own bounded data — never on this release's noise (docs/contract.md §3).
 2. The engine sums the costs over all queries per user and admits users through the filter in ONE atomic batch;
    users that do not fit are halted and disappear from every query's input.
 3. :meth:`WindowQuery.release` — computes the release from admitted users' data only, and returns the *actual*

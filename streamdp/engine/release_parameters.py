@@ -5,7 +5,7 @@ future limit — which events land in which window), every query's validated par
 in the order of the queries (the engine draws their noise in that order), and, in test mode only, ``noise`` (a
 test-mode snapshot carries a generator keyed from the fixed seed: a secure engine must not continue it).
 
-They are used twice (DESIGN.md §3: a retry charges nothing, and never publishes fresh noise):
+They are used twice (docs/contract.md §3: a retry charges nothing, and never publishes fresh noise):
 
 * **The admission scope digests them** (:func:`streamdp.engine.engine.admission_scope`). The budget store answers
   a second admit of the same (scope, window) with the first outcome and charges nothing; that is right only when

@@ -1,7 +1,7 @@
 """Replay digests: what a window's admission was computed from, so that the budget store can tell a faithful replay
 from a different batch under the same (scope, window).
 
-The store answers a second admit of (scope, seq) with the first outcome and charges nothing (DESIGN.md §3: a retry
+The store answers a second admit of (scope, seq) with the first outcome and charges nothing (docs/contract.md §3: a retry
 after a crash must not charge twice). That is sound only if the second admit asks for the same releases as the first
 — the same data, the same engine state and the same randomness, so that reservations, releases and actual costs all
 repeat. Replays are deterministic only under conditions (:mod:`streamdp.adapters.kafka.ordering`: disorder within

@@ -284,12 +284,12 @@ class MemoryBudgetStore(BudgetStore):
         return out
 
     def _charge(self, sc: _ScopeState, seq: int, fid: np.ndarray, fc: np.ndarray) -> np.ndarray:
-        """Check-and-charge of users with no earlier outcome for this batch (000 Alg. 1 with filter eq. (7))."""
+        """Check-and-charge of users with no earlier outcome for this batch (Liang–Yi (adaptive budgeting) Alg. 1 with filter eq. (7))."""
         halted = self._halted[fid]
         spent = take_rows(self._spent, fid)
-        # spent + cost <= budget in every component (000 eq. (7)); computed without overflow
+        # spent + cost <= budget in every component (Liang–Yi (adaptive budgeting) eq. (7)); computed without overflow
         fits = rows_all(fc <= self._budgets_of(fid) - spent)
-        # an all-zero cost is admitted free even if a lowered budget is now below spent (000 Alg. 1 line 7)
+        # an all-zero cost is admitted free even if a lowered budget is now below spent (Liang–Yi (adaptive budgeting) Alg. 1 line 7)
         ok = ~halted & (fits | ~rows_any_nonzero(fc))
         if ok.all():
             put_rows(self._spent, fid, spent + fc)  # ≤ budget ≤ INT64_MAX: no overflow

@@ -1,4 +1,4 @@
-"""Lua scripts of the Redis budget store (000 Alg. 1, filter eq. (7), componentwise; DESIGN.md §3).
+"""Lua scripts of the Redis budget store (Liang–Yi (adaptive budgeting) Alg. 1, filter eq. (7), componentwise; docs/contract.md §3).
 
 Each script runs atomically inside Redis: one call checks and charges (or settles) a whole batch of users.
 
@@ -185,7 +185,7 @@ local dn = {}
 for i = 1, 6 do dn[i] = tonumber(d[i]) end
 
 -- the outcome of one component for a user who has spent s (a decimal string) when charged c against budget b
--- (cn, bn: tonumber of c and b): false if s + c > b (000 eq. (7)), else the new spent s + c as a decimal string
+-- (cn, bn: tonumber of c and b): false if s + c > b (Liang–Yi (adaptive budgeting) eq. (7)), else the new spent s + c as a decimal string
 -- (true when c = 0: nothing to write). Exact: the fast path of fits (see the module doc), else fits/addsub.
 local function judge(s, c, b, cn, bn)
   local sn = tonumber(s)
@@ -293,7 +293,7 @@ for u = 1, n do
     local ok = not halted
     if not costs[j] then prepare(j) end
     local nz = nzs[j]
-    if ok and #nz > 0 then                           -- 000 eq. (7): spent + cost <= budget, every component
+    if ok and #nz > 0 then                           -- Liang–Yi (adaptive budgeting) eq. (7): spent + cost <= budget, every component
       local c, cn = costs[j], cnums[j]
       local b, bn, mj = d, dn, memo and memos[j]
       if v[9] then                                   -- per-user override: exact test against it, no memo
@@ -358,7 +358,7 @@ for u = 1, n do
       if halted then
         call('HSET', k, xf, REFUSED)                 -- closes an admitted state (replays of it are now stale)
       else
-        call('HSET', k, xf, REFUSED, 'h', '1')       -- sticky HALT (000 Alg. 1 line 13)
+        call('HSET', k, xf, REFUSED, 'h', '1')       -- sticky HALT (Liang–Yi (adaptive budgeting) Alg. 1 line 13)
       end
       out[u] = 'h'
     end

@@ -1,4 +1,4 @@
-"""Redis budget store: the per-user privacy filters of 000 Alg. 1 / filter eq. (7) held in Redis.
+"""Redis budget store: the per-user privacy filters of Liang–Yi (adaptive budgeting) Alg. 1 / filter eq. (7) held in Redis.
 
 Implements :class:`streamdp.filter.store.BudgetStore` exactly (same contract tests as the in-memory store).
 

@@ -1,16 +1,16 @@
-"""The budget-store contract: per-user privacy filters (000 Alg. 1, filter eq. (7)) with reserve/settle.
+"""The budget-store contract: per-user privacy filters (Liang–Yi (adaptive budgeting) Alg. 1, filter eq. (7)) with reserve/settle.
 
 Every store (in-memory, Redis) implements exactly this interface and passes the same contract tests
 (``tests/filter/test_store_contract.py``).
 
-Semantics (DESIGN.md §3):
+Semantics (docs/contract.md §3):
 
 * A user's **budget** is a fixed-point vector (see :mod:`streamdp.accounting.cost`): the store's default, or a
   per-user override set by :meth:`BudgetStore.grant`. **Spent** starts at zero.
 * :meth:`BudgetStore.admit` is one atomic check-and-charge for a batch: a user is admitted iff they are not
-  halted and ``spent + cost ≤ budget`` in **every** component (000 eq. (7), componentwise). Admitted users are
-  charged ``cost`` (the reservation). A user who does not fit is **halted for good** (sticky HALT, 000 Alg. 1);
-  nothing is charged to them. A non-halted user with an all-zero cost is admitted free (000 Alg. 1: R = 0
+  halted and ``spent + cost ≤ budget`` in **every** component (Liang–Yi (adaptive budgeting) eq. (7), componentwise). Admitted users are
+  charged ``cost`` (the reservation). A user who does not fit is **halted for good** (sticky HALT, Liang–Yi (adaptive budgeting) Alg. 1);
+  nothing is charged to them. A non-halted user with an all-zero cost is admitted free (Liang–Yi (adaptive budgeting) Alg. 1: R = 0
   returns NULL and charges nothing).
 * Each batch is identified by ``(scope, seq)`` where ``seq`` increases per scope (the engine uses its window
   sequence number). Idempotency: a repeated admit of the same ``(scope, seq)`` returns, for every user it already

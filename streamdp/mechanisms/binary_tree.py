@@ -1,7 +1,7 @@
 """Unknown-domain binary mechanism: continual running counts over items not known in advance.
 
-Paper: 001 §4.3, Thm 11 (Rogers, after Cardoso–Rogers 2022 [17]); binary mechanism of Dwork et al. 2010 /
-Chan–Shi–Song 2011. User-level use and costs: DESIGN.md §3 "Continual counts, user level" and "Noise".
+Paper: Rogers (unknown-domain) §4.3, Thm 11 (Rogers, after Cardoso–Rogers 2022 [17]); binary mechanism of Dwork et al. 2010 /
+Chan–Shi–Song 2011. User-level use and costs: docs/contract.md §3 "Continual counts, user level" and "Noise".
 
 Mechanism. Windows t = 1..L (the horizon). For every item, the counts per window are the leaves of a dyadic
 tree; the node at level j (0 ≤ j < levels = ⌈log2(L+1)⌉) and index k covers windows ((k−1)2^j, k·2^j]. Every
@@ -9,9 +9,9 @@ tree; the node at level j (0 ≤ j < levels = ⌈log2(L+1)⌉) and index k cover
 running count released at t is an estimate from the noisy nodes completed by t (see ``tree_estimators``: the
 plain sum over the popcount(t) nodes of t's binary decomposition, or Honaker's variance-optimal combination).
 An item that appears for the first time at window t gets fresh noise for every node it now needs: its past
-nodes are zero-count nodes, still noised (001 §4.3 "we will add fresh noise to each prior partial sum for the
+nodes are zero-count nodes, still noised (Rogers (unknown-domain) §4.3 "we will add fresh noise to each prior partial sum for the
 new item"). An item is *selected* the first time its noisy running count exceeds the threshold T (c̃ > T, strict
-as in 001 §4.3 "larger than a fixed threshold"); selection is sticky: every selected item is published at every
+as in Rogers (unknown-domain) §4.3 "larger than a fixed threshold"); selection is sticky: every selected item is published at every
 later window of the epoch. After window L the engine starts a new epoch with a fresh tree (:meth:`reset`).
 
 Privacy (user level; Rogers, Unknown-Domain Algorithms, Thm 11). A user changes an item's count by at most C over the
@@ -175,7 +175,7 @@ def _has_duplicates(a: np.ndarray) -> bool:
     return bool(np.any(s[1:] == s[:-1]))
 
 
-# ------------------------------------------------------------------------------------------ parameters, 001 Thm 11
+# ------------------------------------------------------------------------------------------ parameters, Rogers (unknown-domain) Thm 11
 def levels_for_horizon(L: int) -> int:
     """⌈log2(L+1)⌉: the number of tree levels for horizon L (= the bit length of L; a window lies in that many
     nodes, and a window t ≤ L has popcount(t) ≤ levels decomposition nodes)."""
@@ -299,7 +299,7 @@ class Release:
 
 # ------------------------------------------------------------------------------------------------------ the tree
 class UnknownDomainBinaryTree:
-    """Per-item binary-mechanism trees with thresholded, sticky selection (001 §4.3, Thm 11).
+    """Per-item binary-mechanism trees with thresholded, sticky selection (Rogers (unknown-domain) §4.3, Thm 11).
 
     Parameters: ``horizon`` L (windows per epoch), ``sigma`` node noise σ, ``delta_item`` per-item failure
     probability, ``cap`` C (max contributions of one user to one item per epoch), ``noise`` ("gaussian" —

@@ -1,10 +1,10 @@
 """The exponential mechanism (report-noisy-max with Gumbel noise) and its zCDP cost.
 
-Pr[M(x) = y] ∝ exp(ε·q(x, y)/Δ(q)) with Δ(q) the *range* of the quality score (001 Thm 2, footnote 1) is
-ε²/8-zCDP (001 Thm 5, Cesar–Rogers 2021) — better than the ε²/2 that pure ε-DP gives through 001 Thm 3.
+Pr[M(x) = y] ∝ exp(ε·q(x, y)/Δ(q)) with Δ(q) the *range* of the quality score (Rogers (unknown-domain) Thm 2, footnote 1) is
+ε²/8-zCDP (Rogers (unknown-domain) Thm 5, Cesar–Rogers 2021) — better than the ε²/2 that pure ε-DP gives through Rogers (unknown-domain) Thm 3.
 Adding Gumbel(Δ(q)/ε) noise to every score and taking the arg max samples exactly this law; taking the k largest
 noisy scores equals k rounds of peeling (iterated exponential mechanism without replacement), ranked, at a cost
-of k·ε²/8 (Durfee–Rogers 2019; 001 §4.2.1). Only the arg max order is released, never the noisy values.
+of k·ε²/8 (Durfee–Rogers 2019; Rogers (unknown-domain) §4.2.1). Only the arg max order is released, never the noisy values.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _positive(x, name: str) -> float:
 
 
 def exponential_mechanism_cost(epsilon: float, selections: int = 1) -> Cost:
-    """ρ = selections·ε²/8, δ = 0 — 001 Thm 5 per selection, composed (001 Thm 6)."""
+    """ρ = selections·ε²/8, δ = 0 — Rogers (unknown-domain) Thm 5 per selection, composed (Rogers (unknown-domain) Thm 6)."""
     e = _positive(epsilon, "epsilon")
     try:
         ok = not isinstance(selections, bool) and float(selections).is_integer() and int(selections) >= 0
@@ -42,7 +42,7 @@ def exponential_mechanism_cost(epsilon: float, selections: int = 1) -> Cost:
 
 
 def pure_dp_cost(epsilon: float) -> Cost:
-    """A pure ε-DP mechanism is ε²/2-zCDP — 001 Thm 3."""
+    """A pure ε-DP mechanism is ε²/2-zCDP — Rogers (unknown-domain) Thm 3."""
     return Cost.pure_dp(_positive(epsilon, "epsilon"))
 
 

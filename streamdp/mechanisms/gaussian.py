@@ -1,4 +1,4 @@
-"""The Gaussian mechanism and its zCDP cost (001 Thm 4; Bun–Steinke 2016 Prop. 1.6).
+"""The Gaussian mechanism and its zCDP cost (Rogers (unknown-domain) Thm 4; Bun–Steinke 2016 Prop. 1.6).
 
 f(x) + N(0, σ² I) with ℓ2 sensitivity Δ2 is ρ-zCDP with ρ = Δ2²/(2σ²); equivalently σ = Δ2/√(2ρ).
 
@@ -41,14 +41,14 @@ def _positive(x, name: str) -> float:
 
 
 def gaussian_cost(sigma: float, l2_sensitivity: float) -> Cost:
-    """ρ = Δ2²/(2σ²), δ = 0 — 001 Thm 4."""
+    """ρ = Δ2²/(2σ²), δ = 0 — Rogers (unknown-domain) Thm 4."""
     s = _positive(sigma, "sigma")
     d = _positive(l2_sensitivity, "l2_sensitivity")
     return Cost.zcdp(rho=d * d / (2.0 * s * s))
 
 
 def gaussian_sigma(rho: float, l2_sensitivity: float) -> float:
-    """σ = Δ2/√(2ρ): the noise that makes the Gaussian mechanism exactly ρ-zCDP (001 Thm 4 solved for σ)."""
+    """σ = Δ2/√(2ρ): the noise that makes the Gaussian mechanism exactly ρ-zCDP (Rogers (unknown-domain) Thm 4 solved for σ)."""
     return _positive(l2_sensitivity, "l2_sensitivity") / math.sqrt(2.0 * _positive(rho, "rho"))
 
 

@@ -21,8 +21,8 @@ For v, v' ∈ ℝ^m let m≠ = #{j : v_j ≠ v'_j} (≤ m) and a = √m≠·g. T
 
     D_α(M(v) ‖ M(v')) ≤ α·‖k − k'‖²/(2s²) ≤ α·(‖v − v'‖ + a)²/(2σ²)      (k = rint(v/g), k' = rint(v'/g)),
 
-and the left side is 0 when v = v'. For a K-Lipschitz statistic f released as M(f(x)) with σ = K/√(2ρ) (003
-Thm 3.1's calibration) this reads D_α ≤ α·ρ·(dist(x, x') + √m·g/K)² for x ≠ x': the release is ρ-CGP (003 Def. 3)
+and the left side is 0 when v = v'. For a K-Lipschitz statistic f released as M(f(x)) with σ = K/√(2ρ) (Liang–Yi (CGP)
+Thm 3.1's calibration) this reads D_α ≤ α·ρ·(dist(x, x') + √m·g/K)² for x ≠ x': the release is ρ-CGP (Liang–Yi (CGP) Def. 3)
 **with respect to the metric d_g(x, x') = dist(x, x') + √m·g/K (x ≠ x'), d_g(x, x) = 0** instead of dist.
 (d_g is a metric: the triangle inequality gains a second additive term on the right.) The float mechanism claimed
 α·ρ·dist²; the grid adds the distance a/K = √m·g/K ≤ √m·2⁻³⁰·σ/K = √m·2⁻³⁰/√(2ρ) to every non-zero distance.
@@ -55,7 +55,7 @@ additive term cannot be absorbed into a larger ρ for dist → 0; it is part of 
 What it means. The ledger still charges ρ per unit² (``Cost.cgp(ρ)``, unchanged); write b = a/K = √m·g/K for the
 added distance in the unit of x. For dist ≥ d0 the bound is ≤ α·ρ(1 + b/d0)²·dist², i.e. ρ(1 + b/d0)²-CGP above d0;
 as dist → 0 it tends to α·ρ·b² = α·m·g²/(2σ²) ≤ α·m·2⁻⁶¹ instead of 0. Numerically b ≤ √m·2⁻³⁰·σ/K, about 10⁻⁹ of
-the noise: σ = 1 km, m = 2, K = 1 gives g = 2⁻²¹ m and b = √2·2⁻²¹ m ≈ 0.67 µm (bound 1.3 µm); 003's smallest
+the noise: σ = 1 km, m = 2, K = 1 gives g = 2⁻²¹ m and b = √2·2⁻²¹ m ≈ 0.67 µm (bound 1.3 µm); Liang–Yi (CGP)'s smallest
 ρ = 5·10⁻⁸ per m² (σ = 3.16 km) gives g = 2⁻¹⁹ m and b ≈ 2.7 µm. Compositions: pieces with distances b_i and costs
 ρ_i give Σ ρ_i(d + b_i)² ≤ (Σ ρ_i)(d + max b_i)².
 

@@ -33,11 +33,11 @@ to the metric d_g(x, x') = dist(x, x') + a, a = √d·g/K (x ≠ x'), d_g(x, x) 
 Here a = √d·g/K ≤ √d·2⁻³⁶·s/K = √d·2⁻³⁶/ε: about 1.5·10⁻¹¹·√d of the noise's scale s/K in the unit of x.
 Per mechanism (:func:`grid_distance` computes a):
 
-* planar Laplace (``PlanarLaplaceGP``, f K-Lipschitz into ℝ², s = K/ε): ε-GP (003 Def. 2) w.r.t. dist + √2·g/K;
+* planar Laplace (``PlanarLaplaceGP``, f K-Lipschitz into ℝ², s = K/ε): ε-GP (Liang–Yi (CGP) Def. 2) w.r.t. dist + √2·g/K;
   the GP identity query on n points (s = n/ε per point, dist_∞): ε-GP w.r.t. dist_∞ + √2·g (g = g(n/ε)), since the
-  n independent points give Π_i exp((ε/n)(‖x_i − x'_i‖ + √2·g)) ≤ exp(ε(dist_∞ + √2·g)). Through 003 Lemma 3.6
+  n independent points give Π_i exp((ε/n)(‖x_i − x'_i‖ + √2·g)) ≤ exp(ε(dist_∞ + √2·g)). Through Liang–Yi (CGP) Lemma 3.6
   (ε-GP ⇒ ε²/2-CGP, for any metric) the charged Cost.cgp(ε²/2) holds w.r.t. the same metric dist + a.
-* PrivEMDLinear (004 Alg. 1, s = L·ω; ‖q(D) − q(D')‖₂ ≤ L·d_EM(D, D') by 004 Thm 4.1): local (ω = 1/α, K = L):
+* PrivEMDLinear (Imola et al. (EMD) Alg. 1, s = L·ω; ‖q(D) − q(D')‖₂ ≤ L·d_EM(D, D') by Imola et al. (EMD) Thm 4.1): local (ω = 1/α, K = L):
   α-d_EM-DP w.r.t. d_EM + √d·g/L; central (ω = 1/(nα), one user's change moves the mean by ≤ L·d_EM/n, K = L/n):
   α-d_EM-DP w.r.t. d_EM + n·√d·g/L. In both a ≤ √d·2⁻³⁶/α (d_EM units). The charged Cost.emd(α) is unchanged.
 

@@ -1,9 +1,9 @@
-"""The Laplace mechanism and its zCDP cost counted per differing count (001 Thm 7 proof; Thm 1; Thm 3).
+"""The Laplace mechanism and its zCDP cost counted per differing count (Rogers (unknown-domain) Thm 7 proof; Thm 1; Thm 3).
 
 Each count gets independent Lap(b) noise. A count that changes by at most Δ∞ is (Δ∞/b)-DP, hence
-(Δ∞/b)²/2-zCDP (001 Thm 3); a user changes at most Δ0 counts, so by composition over the differing counts
-(001 Thm 6) the histogram release is ρ = Δ0·(Δ∞/b)²/2-zCDP. This is **not** the ℓ1 route (Δ1 = Δ0Δ∞ gives
-(Δ0Δ∞/b)-DP, i.e. Δ0²(Δ∞/b)²/2-zCDP — worse by a factor Δ0; see the discussion after 001 Thm 7).
+(Δ∞/b)²/2-zCDP (Rogers (unknown-domain) Thm 3); a user changes at most Δ0 counts, so by composition over the differing counts
+(Rogers (unknown-domain) Thm 6) the histogram release is ρ = Δ0·(Δ∞/b)²/2-zCDP. This is **not** the ℓ1 route (Δ1 = Δ0Δ∞ gives
+(Δ0Δ∞/b)-DP, i.e. Δ0²(Δ∞/b)²/2-zCDP — worse by a factor Δ0; see the discussion after Rogers (unknown-domain) Thm 7).
 
 :class:`LaplaceMechanism` releases as the service does — never float noise on a float: integer counts get the
 discrete Laplace Lap_Z(b) (an integer change of at most Δ∞ has ratio e^{Δ∞/b}: the same (Δ∞/b) per count; Δ∞ must
@@ -49,7 +49,7 @@ def _count(x, name: str) -> int:
 
 
 def laplace_cost(b: float, linf_sensitivity: float = 1.0, l0_sensitivity: int = 1) -> Cost:
-    """ρ = Δ0·(Δ∞/b)²/2, δ = 0 — per-count composition of 001 Thm 7 proof (Laplace case)."""
+    """ρ = Δ0·(Δ∞/b)²/2, δ = 0 — per-count composition of Rogers (unknown-domain) Thm 7 proof (Laplace case)."""
     b = _positive(b, "b")
     linf = _positive(linf_sensitivity, "linf_sensitivity")
     l0 = _count(l0_sensitivity, "l0_sensitivity")
@@ -57,7 +57,7 @@ def laplace_cost(b: float, linf_sensitivity: float = 1.0, l0_sensitivity: int = 
 
 
 def laplace_pure_epsilon(b: float, l1_sensitivity: float) -> float:
-    """ε = Δ1/b: pure-DP parameter of the Laplace mechanism (001 Thm 1). Its zCDP cost via Thm 3 is ε²/2."""
+    """ε = Δ1/b: pure-DP parameter of the Laplace mechanism (Rogers (unknown-domain) Thm 1). Its zCDP cost via Thm 3 is ε²/2."""
     return _positive(l1_sensitivity, "l1_sensitivity") / _positive(b, "b")
 
 

@@ -1,9 +1,9 @@
-"""Pay-what-you-get composition of unknown-domain Gumbel top-k calls: 001 Alg. 4 and Thm 10 (Durfee–Rogers 2019).
+"""Pay-what-you-get composition of unknown-domain Gumbel top-k calls: Rogers (unknown-domain) Alg. 4 and Thm 10 (Durfee–Rogers 2019).
 
-A sequence of (∞, 1)-sensitive histograms h(1), h(2), … is answered by 001 Alg. 3 (β = 1/ε, T of Thm 9) with
+A sequence of (∞, 1)-sensitive histograms h(1), h(2), … is answered by Rogers (unknown-domain) Alg. 3 (β = 1/ε, T of Thm 9) with
 k(i) = min(k, k* − used), where ``used`` (the PWYG counter) counts every item returned so far, ⊥ included. Once
 ``used`` reaches k* the mechanism stops for good. Thm 10: the whole run is ℓ*·δ-approximate k*·ε²/8-zCDP, with ℓ*
-the number of calls made. A single call i costs, under the reserve-and-settle rule of DESIGN.md §3, a worst case
+the number of calls made. A single call i costs, under the reserve-and-settle rule of docs/contract.md §3, a worst case
 of k(i)·ε²/8 reserved before the release and |I(i)|·ε²/8 (plus δ) settled after it.
 
 State (``used``, ``calls``) is a function of the released outputs only; :meth:`state` / :meth:`from_state`
@@ -27,7 +27,7 @@ class PayWhatYouGetExhausted(RuntimeError):
 
 
 class PayWhatYouGet:
-    """001 Alg. 4: at most k* returned items (⊥ included) over all calls; total cost (k*·ε²/8, ℓ*·δ) (Thm 10)."""
+    """Rogers (unknown-domain) Alg. 4: at most k* returned items (⊥ included) over all calls; total cost (k*·ε²/8, ℓ*·δ) (Thm 10)."""
 
     def __init__(self, epsilon: float, delta: float, k_star: int) -> None:
         self.epsilon = check_epsilon(epsilon)
@@ -66,19 +66,19 @@ class PayWhatYouGet:
 
     # ------------------------------------------------------------------------------------------------- costs
     def reserve_cost(self, k: int) -> Cost:
-        """Worst case of the next call, reserved before it runs: (k(i)·ε²/8, δ) (001 Thm 9 with k = k(i))."""
+        """Worst case of the next call, reserved before it runs: (k(i)·ε²/8, δ) (Rogers (unknown-domain) Thm 9 with k = k(i))."""
         ki = self.next_k(k)
         if ki == 0:
             return Cost()
         return Cost.zcdp(rho=exponential_mechanism_cost(self.epsilon, ki).zcdp_rho, delta=self.delta)
 
     def call_cost(self, n_returned: int) -> Cost:
-        """Realised cost of a call that returned ``n_returned`` items, ⊥ included: (|I|·ε²/8, δ) (001 Thm 10)."""
+        """Realised cost of a call that returned ``n_returned`` items, ⊥ included: (|I|·ε²/8, δ) (Rogers (unknown-domain) Thm 10)."""
         n = check_int(n_returned, "n_returned", minimum=0)
         return Cost.zcdp(rho=exponential_mechanism_cost(self.epsilon, n).zcdp_rho, delta=self.delta)
 
     def total_cost(self) -> Cost:
-        """001 Thm 10 for the calls made so far: ℓ*·δ-approximate k*·ε²/8-zCDP."""
+        """Rogers (unknown-domain) Thm 10 for the calls made so far: ℓ*·δ-approximate k*·ε²/8-zCDP."""
         return Cost.zcdp(rho=exponential_mechanism_cost(self.epsilon, self.k_star).zcdp_rho,
                          delta=self.calls * self.delta)
 
@@ -89,7 +89,7 @@ class PayWhatYouGet:
 
     # --------------------------------------------------------------------------------------------- release
     def release(self, rng: np.random.Generator, ids, counts, k: int, kbar: int) -> list:
-        """One call of 001 Alg. 4's loop: Alg. 3 with k(i) = min(k, k* − used) and k̄(i) = kbar ≥ k(i).
+        """One call of Rogers (unknown-domain) Alg. 4's loop: Alg. 3 with k(i) = min(k, k* − used) and k̄(i) = kbar ≥ k(i).
 
         Returns the ranked list (``BOTTOM`` when fewer than k(i) passed); updates the counter; the realised cost
         of this call is left in :attr:`last_cost`. Raises :class:`PayWhatYouGetExhausted` once k* items were

@@ -8,7 +8,7 @@ The binary decomposition of t is the set of nodes {level j, ending at t with bit
 Two estimators of the running count c(t) = Σ_{i ≤ t} x_i, both functions of the nodes completed by t only
 (streaming), both unbiased, both post-processing of the same noisy node table (same privacy cost):
 
-* ``plain`` (Dwork–Naor–Pitassi–Rothblum 2010, Chan–Shi–Song 2011; 001 §4.3): sum of the noisy nodes of t's
+* ``plain`` (Dwork–Naor–Pitassi–Rothblum 2010, Chan–Shi–Song 2011; Rogers (unknown-domain) §4.3): sum of the noisy nodes of t's
   decomposition. Error variance σ²·popcount(t).
 
 * ``optimal`` — the streaming form of Honaker (2015), "Efficient use of differentially private binary trees"

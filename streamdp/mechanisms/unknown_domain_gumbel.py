@@ -1,4 +1,4 @@
-"""Unknown-domain Gumbel top-k from the top-(k̄+1): 001 Alg. 3 and Thm 9 (Durfee–Rogers 2019).
+"""Unknown-domain Gumbel top-k from the top-(k̄+1): Rogers (unknown-domain) Alg. 3 and Thm 9 (Durfee–Rogers 2019).
 
 Input: an (∞, 1)-sensitive histogram — one user changes any number of counts, each by at most 1 (in streamdp: a
 user contributes at most once per item per window). With β = 1/ε and T = 1 + (1/ε)·log(k̄/δ):
@@ -8,8 +8,8 @@ user contributes at most once per item per window). With β = 1/ε and T = 1 + (
     I = the (at most k) items with c̃_i > T̃, by decreasing c̃_i;  I ← I + [⊥] when |I| < k.
 
 Output: the ranked list of item ids, ⊥ included — never a count, never a noisy value (report-noisy-max releases
-the arg max order only; 001 §4.2.1). Thm 9: δ-approximate k·ε²/8-zCDP. Under pay-what-you-get composition
-(001 Alg. 4, Thm 10; :mod:`streamdp.mechanisms.pay_what_you_get`) a call pays for what it returned: |I|·ε²/8
+the arg max order only; Rogers (unknown-domain) §4.2.1). Thm 9: δ-approximate k·ε²/8-zCDP. Under pay-what-you-get composition
+(Rogers (unknown-domain) Alg. 4, Thm 10; :mod:`streamdp.mechanisms.pay_what_you_get`) a call pays for what it returned: |I|·ε²/8
 (⊥ counts as a returned item) and δ.
 
 Ties in the top-k̄ selection are broken by ascending item id (see :mod:`.unknown_domain_histogram`); noise is drawn
@@ -59,25 +59,25 @@ class Bottom:
         return hash("streamdp.⊥")
 
 
-#: The ⊥ item of 001 Alg. 3.
+#: The ⊥ item of Rogers (unknown-domain) Alg. 3.
 BOTTOM = Bottom()
 
 
 def gumbel_topk_threshold(epsilon: float, delta: float, kbar: int) -> float:
-    """T = 1 + (1/ε)·log(k̄/δ) — 001 Thm 9 (for (∞,1)-sensitive histograms, β = 1/ε)."""
+    """T = 1 + (1/ε)·log(k̄/δ) — Rogers (unknown-domain) Thm 9 (for (∞,1)-sensitive histograms, β = 1/ε)."""
     e, d, kb = check_epsilon(epsilon), check_delta(delta), check_int(kbar, "kbar")
     return 1.0 + math.log(kb / d) / e
 
 
 def gumbel_topk_cost(epsilon: float, delta: float, k: int) -> Cost:
-    """δ-approximate k·ε²/8-zCDP — 001 Thm 9 (k exponential mechanisms, 001 Thm 5, plus δ)."""
+    """δ-approximate k·ε²/8-zCDP — Rogers (unknown-domain) Thm 9 (k exponential mechanisms, Rogers (unknown-domain) Thm 5, plus δ)."""
     d = check_delta(delta)
     kk = check_int(k, "k")
     return Cost.zcdp(rho=exponential_mechanism_cost(epsilon, kk).zcdp_rho, delta=d)
 
 
 class UnknownDomainGumbel:
-    """001 Alg. 3 with the Thm 9 calibration. Stateless; :meth:`release` returns a ranked list (⊥ = ``BOTTOM``)."""
+    """Rogers (unknown-domain) Alg. 3 with the Thm 9 calibration. Stateless; :meth:`release` returns a ranked list (⊥ = ``BOTTOM``)."""
 
     def __init__(self, epsilon: float, delta: float, k: int, kbar: int) -> None:
         self.epsilon = check_epsilon(epsilon)
@@ -90,12 +90,12 @@ class UnknownDomainGumbel:
         self.threshold = gumbel_topk_threshold(self.epsilon, self.delta, self.kbar)
 
     def cost(self) -> Cost:
-        """Worst case of one call, 001 Thm 9: (k·ε²/8, δ)."""
+        """Worst case of one call, Rogers (unknown-domain) Thm 9: (k·ε²/8, δ)."""
         return gumbel_topk_cost(self.epsilon, self.delta, self.k)
 
     def realised_cost(self, n_returned: int) -> Cost:
         """Pay-what-you-get cost of a call that returned ``n_returned`` items, ⊥ included: (|I|·ε²/8, δ)
-        (001 Thm 10)."""
+        (Rogers (unknown-domain) Thm 10)."""
         n = check_int(n_returned, "n_returned", minimum=0)
         if n > self.k:
             raise ValueError(f"n_returned must be ≤ k={self.k}, got {n_returned!r}")

@@ -1,7 +1,7 @@
-"""Unknown-domain histograms: 001 Alg. 1 (Thm 7) and Alg. 2, top-(k̄+1) with a noisy threshold (Thm 8).
+"""Unknown-domain histograms: Rogers (unknown-domain) Alg. 1 (Thm 7) and Alg. 2, top-(k̄+1) with a noisy threshold (Thm 8).
 
 Inputs are (Δ0, Δ∞)-sensitive histograms given as two aligned arrays, item ids and counts: adding or removing one
-user changes at most Δ0 counts, each by at most Δ∞ (001 §4). Only items with a positive count are considered
+user changes at most Δ0 counts, each by at most Δ∞ (Rogers (unknown-domain) §4). Only items with a positive count are considered
 (a GROUP BY never returns the others); the domain of possible items is never enumerated.
 
 * :class:`UnknownDomainHistogram` (Alg. 1): every positive count gets independent noise — Lap(Δ∞/ε) or
@@ -19,7 +19,7 @@ by ascending item id (a fixed total order on items, as the analysis of [Durfee�
 so ids must be mutually comparable; noise is drawn in input order (Alg. 1) or in (count desc, id asc) order (Alg. 2),
 so that test-mode output is reproducible for a canonical input. Released noisy counts are listed by decreasing noisy
 value — a function of the noisy output only, never of the input order — and rounded to integers by default
-(post-processing; DESIGN.md §3 "Noise": no floating-point low-order bits are published).
+(post-processing; docs/contract.md §3 "Noise": no floating-point low-order bits are published).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def canonical_order(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def top_kbar(ids: np.ndarray, counts: np.ndarray, kbar: int) -> tuple[np.ndarray, float]:
     """Indices of h_(k̄) (the k̄ largest counts, ties by ascending id) in canonical order, and c_(k̄+1).
 
-    ``counts`` are the positive counts; c_(k̄+1) is 0 when there are at most k̄ of them (001 Alg. 2/3). O(n) for the
+    ``counts`` are the positive counts; c_(k̄+1) is 0 when there are at most k̄ of them (Rogers (unknown-domain) Alg. 2/3). O(n) for the
     selection (np.partition), O(k̄ log k̄) for the ordering.
     """
     n = counts.size
@@ -157,7 +157,7 @@ def _finish(ids: np.ndarray, noisy: np.ndarray, integer_output: bool) -> tuple[n
 
 # --------------------------------------------------------------------------------------------- thresholds/costs
 def laplace_histogram_threshold(epsilon: float, delta: float, l0_sensitivity: int, linf_sensitivity: float) -> float:
-    """T = Δ∞ + (Δ∞/ε)·log(Δ0/(2δ)) — 001 Thm 7 (Laplace). Needs δ ≤ Δ0/2 (the tail bound used is for T ≥ Δ∞)."""
+    """T = Δ∞ + (Δ∞/ε)·log(Δ0/(2δ)) — Rogers (unknown-domain) Thm 7 (Laplace). Needs δ ≤ Δ0/2 (the tail bound used is for T ≥ Δ∞)."""
     e, d = check_epsilon(epsilon), check_delta(delta)
     l0, linf = check_int(l0_sensitivity, "l0_sensitivity"), check_positive(linf_sensitivity, "linf_sensitivity")
     if 2 * d > l0:
@@ -166,21 +166,21 @@ def laplace_histogram_threshold(epsilon: float, delta: float, l0_sensitivity: in
 
 
 def gaussian_histogram_threshold(epsilon: float, delta: float, l0_sensitivity: int, linf_sensitivity: float) -> float:
-    """T = Δ∞ + (Δ∞/ε)·Φ⁻¹(1 − δ/Δ0) — 001 Thm 7 (Gaussian)."""
+    """T = Δ∞ + (Δ∞/ε)·Φ⁻¹(1 − δ/Δ0) — Rogers (unknown-domain) Thm 7 (Gaussian)."""
     e, d = check_epsilon(epsilon), check_delta(delta)
     l0, linf = check_int(l0_sensitivity, "l0_sensitivity"), check_positive(linf_sensitivity, "linf_sensitivity")
     return linf + (linf / e) * _phi_inv_upper(d / l0)
 
 
 def topkbar_gaussian_threshold(epsilon: float, delta: float, l0_sensitivity: int, linf_sensitivity: float) -> float:
-    """T = Δ∞ + (√2·Δ∞/ε)·Φ⁻¹(1 − δ/Δ0) — 001 Thm 8 (the noisy threshold adds a second N(0, σ²))."""
+    """T = Δ∞ + (√2·Δ∞/ε)·Φ⁻¹(1 − δ/Δ0) — Rogers (unknown-domain) Thm 8 (the noisy threshold adds a second N(0, σ²))."""
     e, d = check_epsilon(epsilon), check_delta(delta)
     l0, linf = check_int(l0_sensitivity, "l0_sensitivity"), check_positive(linf_sensitivity, "linf_sensitivity")
     return linf + (math.sqrt(2.0) * linf / e) * _phi_inv_upper(d / l0)
 
 
 def unknown_domain_histogram_cost(epsilon: float, delta: float, l0_sensitivity: int) -> Cost:
-    """δ-approximate Δ0·ε²/2-zCDP — 001 Thm 7 (both noises) and Thm 8.
+    """δ-approximate Δ0·ε²/2-zCDP — Rogers (unknown-domain) Thm 7 (both noises) and Thm 8.
 
     The ρ part is the noise's own cost with scale Δ∞/ε: Laplace per differing count Δ0·(Δ∞/b)²/2 and Gaussian
     Δ0·Δ∞²/(2σ²) (ℓ2 sensitivity Δ∞√Δ0) — both equal Δ0·ε²/2; δ bounds the chance that a count present in only
@@ -193,7 +193,7 @@ def unknown_domain_histogram_cost(epsilon: float, delta: float, l0_sensitivity: 
 
 # ------------------------------------------------------------------------------------------------------ Alg. 1
 class UnknownDomainHistogram:
-    """001 Alg. 1 with the Thm 7 calibration: noise scale Δ∞/ε, threshold T, cost (Δ0·ε²/2, δ)."""
+    """Rogers (unknown-domain) Alg. 1 with the Thm 7 calibration: noise scale Δ∞/ε, threshold T, cost (Δ0·ε²/2, δ)."""
 
     NOISES = ("laplace", "gaussian")
 
@@ -221,11 +221,11 @@ class UnknownDomainHistogram:
             self.threshold = gaussian_histogram_threshold(epsilon, delta, l0_sensitivity, linf_sensitivity)
 
     def cost(self) -> Cost:
-        """001 Thm 7: δ-approximate Δ0·ε²/2-zCDP (= :func:`noise_cost` ρ, plus δ)."""
+        """Rogers (unknown-domain) Thm 7: δ-approximate Δ0·ε²/2-zCDP (= :func:`noise_cost` ρ, plus δ)."""
         return unknown_domain_histogram_cost(self.epsilon, self.delta, self.l0_sensitivity)
 
     def noise_cost(self) -> Cost:
-        """The ρ of the noise alone over the common items (001 Thm 7 proof, step 3): Laplace per differing count
+        """The ρ of the noise alone over the common items (Rogers (unknown-domain) Thm 7 proof, step 3): Laplace per differing count
         Δ0·(Δ∞/b)²/2 (:func:`laplace_cost`), Gaussian Δ2²/(2σ²) with Δ2 = Δ∞·√Δ0 (:func:`gaussian_cost`)."""
         if self.noise == "laplace":
             return laplace_cost(self.scale, self.linf_sensitivity, self.l0_sensitivity)
@@ -245,7 +245,7 @@ class UnknownDomainHistogram:
 
 # ------------------------------------------------------------------------------------------------------ Alg. 2
 class TopKbarGaussianHistogram:
-    """001 Alg. 2 with the Thm 8 calibration: σ = Δ∞/ε, T̃ = T + c_(k̄+1) + N(0, σ²), cost (Δ0·ε²/2, δ)."""
+    """Rogers (unknown-domain) Alg. 2 with the Thm 8 calibration: σ = Δ∞/ε, T̃ = T + c_(k̄+1) + N(0, σ²), cost (Δ0·ε²/2, δ)."""
 
     def __init__(
         self,
@@ -266,7 +266,7 @@ class TopKbarGaussianHistogram:
         self.threshold = topkbar_gaussian_threshold(epsilon, delta, l0_sensitivity, linf_sensitivity)
 
     def cost(self) -> Cost:
-        """001 Thm 8: δ-approximate Δ0·ε²/2-zCDP."""
+        """Rogers (unknown-domain) Thm 8: δ-approximate Δ0·ε²/2-zCDP."""
         return unknown_domain_histogram_cost(self.epsilon, self.delta, self.l0_sensitivity)
 
     def release(self, rng: np.random.Generator, ids, counts) -> tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,7 @@ Scalar laws (``size`` is the output shape; the scale may be an array that broadc
   CDF exp(−e^{−x/β}); :func:`exponential` Exp with mean ``scale``. These are numpy's float64 samplers over the
   ChaCha generator. Their outputs are floats: a release of an *integer* quantity must use the discrete samplers
   (or round the noisy value before release — post-processing) so that no floating-point least-significant bits
-  leak (Mironov 2012; DESIGN.md §3 "Noise").
+  leak (Mironov 2012; docs/contract.md §3 "Noise").
 * :func:`discrete_gaussian` N_Z(0, σ²) and :func:`discrete_laplace` Lap_Z(t) (int64), from
   :mod:`streamdp.noise.discrete` (Canonne–Kamath–Steinke 2020); :func:`discrete_gaussian_array` draws one
   N_Z(0, σ_i²) per element of an array of σ's (output shape = that array's shape).
@@ -19,10 +19,10 @@ Scalar laws (``size`` is the output shape; the scale may be an array that broadc
 Vector laws (output shape ``size + (d,)``; a scalar scale):
 
 * :func:`planar_laplace` — density ∝ exp(−ε‖z‖₂) on ℝ², the canonical planar-Laplace / geo-indistinguishability
-  noise of 003 §2.3 Lemma 2.6 and App. A (notes/003.md): radius ~ Gamma(shape 2, scale 1/ε), angle uniform on
+  noise of Liang–Yi (CGP) §2.3 Lemma 2.6 and App. A (implementation notes on Liang–Yi (CGP)): radius ~ Gamma(shape 2, scale 1/ε), angle uniform on
   [0, 2π).
 * :func:`knorm_gamma_ball` — R·U with R ~ Gamma(shape d+1, scale s) and U uniform in the unit ℓ2 ball of ℝ^d: the
-  K-norm mechanism of Hardt–Talwar (2010) for K = ℓ2 ball, used by PrivEMDLinear (004, notes/004.md). Its density
+  K-norm mechanism of Hardt–Talwar (2010) for K = ℓ2 ball, used by PrivEMDLinear (Imola et al. (EMD), implementation notes on Imola et al. (EMD)). Its density
   is ∝ exp(−‖z‖₂/s).
 * :func:`uniform_sphere`, :func:`uniform_ball` — uniform on the unit sphere S^{d−1} / in the unit ball of ℝ^d.
 
@@ -161,7 +161,7 @@ def uniform_ball(rng: np.random.Generator, d: int, size=None) -> np.ndarray:
 
 
 def planar_laplace(rng: np.random.Generator, epsilon: float, size=None) -> np.ndarray:
-    """Planar Laplace on ℝ²: density (ε²/2π)·exp(−ε‖z‖₂), shape ``size + (2,)`` (003 Lemma 2.6, App. A).
+    """Planar Laplace on ℝ²: density (ε²/2π)·exp(−ε‖z‖₂), shape ``size + (2,)`` (Liang–Yi (CGP) Lemma 2.6, App. A).
 
     Polar form: the radius has density ε²·r·e^{−εr}, i.e. Gamma(shape 2, scale 1/ε), drawn as the sum of two
     independent Exp(1/ε); the angle is uniform on [0, 2π). (Equivalent to the inverse-CDF form
@@ -186,7 +186,7 @@ def knorm_gamma_ball(rng: np.random.Generator, d: int, scale: float, size=None) 
     """K-norm noise for the ℓ2 ball: R·U, R ~ Gamma(shape d+1, scale), U uniform in the unit ball of ℝ^d.
 
     Shape ``size + (d,)``. The law has density ∝ exp(−‖z‖₂/scale) on ℝ^d (Hardt–Talwar 2010, K-norm mechanism
-    with K = unit ℓ2 ball; PrivEMDLinear of 004 with scale = L·ω, notes/004.md). Proof sketch: ‖R·U‖ = R·V with
+    with K = unit ℓ2 ball; PrivEMDLinear of Imola et al. (EMD) with scale = L·ω, implementation notes on Imola et al. (EMD)). Proof sketch: ‖R·U‖ = R·V with
     V = ‖U‖ ~ Beta(d, 1) independent of R, and Gamma(d+1)·Beta(d, 1) = Gamma(d), so the norm has density
     ∝ r^{d−1}e^{−r/scale} and the direction is uniform — exactly the radial law of ∝ exp(−‖z‖/scale).
     Consequently the *norm* of the output is Gamma(shape d, scale), not d+1 (R itself is Gamma(d+1)); drawing

@@ -1,4 +1,4 @@
-"""Running totals per query over the release ledger (DESIGN.md §3 "Ledger": per release the max individual cost,
+"""Running totals per query over the release ledger (docs/contract.md §3 "Ledger": per release the max individual cost,
 δ, items returned; running totals per query; the PWYG counter).
 
 Each release entry (:meth:`streamdp.outputs.records.ReleaseRecord.ledger_entry`) holds the largest charge of any one
@@ -9,7 +9,7 @@ number of users charged. Per query the totals are:
 * per component, the sum of the per-release maxima — an upper bound on what any single user has paid for this query
   so far (the user who paid the most in one release need not be the one who paid the most in another);
 * ``user_windows_charged`` — the sum of ``users_charged`` (a user charged in 3 releases counts 3 times);
-* ``items_returned`` (top-k) summed, and the last ``pwyg_used`` (the pay-what-you-get counter, 001 Alg. 4).
+* ``items_returned`` (top-k) summed, and the last ``pwyg_used`` (the pay-what-you-get counter, Rogers (unknown-domain) Alg. 4).
 
 Operator information only: these are realised, data-dependent figures (they stay in the ledger, never in outputs).
 """

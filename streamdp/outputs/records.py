@@ -1,4 +1,4 @@
-"""The output contract: one record per (query, epoch, window) (DESIGN.md §1 "Subscribers").
+"""The output contract: one record per (query, epoch, window) (docs/contract.md §1 "Subscribers").
 
 Every record carries the schema version, query id and kind, epoch, window [start, end), the released values and the
 privacy cost of this release as a bound from PUBLIC information only (per notion the most any single user can be

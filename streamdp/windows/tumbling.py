@@ -1,4 +1,4 @@
-"""Event-time tumbling windows and the watermark (DESIGN.md §2).
+"""Event-time tumbling windows and the watermark (docs/contract.md §2).
 
 Windows are ``[origin + (t−1)·length, origin + t·length)`` for t = 1, 2, …. The watermark is the maximum event
 time seen minus the allowed lateness; with several partitions it is the minimum over partitions, ignoring a
@@ -17,7 +17,7 @@ import numpy as np
 
 
 def stream_position(ts: np.ndarray, watermark: float, allowed_lateness: float) -> float:
-    """Where the stream is in event time, to judge a batch's timestamps against (DESIGN.md §6 "absurd
+    """Where the stream is in event time, to judge a batch's timestamps against (docs/contract.md §6 "absurd
     timestamps"): the watermark plus the allowed lateness (the newest event time seen) once a watermark exists;
     before that, the batch's upper median — a time most of the batch agrees on, which one outlier cannot move."""
     if math.isfinite(watermark):
@@ -104,7 +104,7 @@ class TumblingWindows:
             raise ValueError(f"window length must be > 0, got {self.length}")
         if isinstance(self.origin, bool) or not isinstance(self.origin, (int, float)) or not math.isfinite(self.origin):
             raise ValueError(f"origin must be a finite event time (the start of window 1), got {self.origin!r}: "
-                             "windows are numbered from a configured, public time (DESIGN.md §2)")
+                             "windows are numbered from a configured, public time (docs/contract.md §2)")
         self.origin = float(self.origin)
         if self.allowed_lateness < 0:
             raise ValueError("allowed_lateness must be ≥ 0")

@@ -1,5 +1,5 @@
-"""CGP accounting: distance units, GP ↔ CGP conversions (003 Lemma 3.6, 3.7 / App. C) and the approximate-GP
-filter of 000 eq. (10). The minimisations are checked against brute-force grids computed here."""
+"""CGP accounting: distance units, GP ↔ CGP conversions (Liang–Yi (CGP) Lemma 3.6, 3.7 / App. C) and the approximate-GP
+filter of Liang–Yi (adaptive budgeting) eq. (10). The minimisations are checked against brute-force grids computed here."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from streamdp.noise.generator import unsafe_seeded_generator
 
 
 def _family_bruteforce(rho: float, delta: float, lam: float) -> float:
-    """min over a dense grid of s ∈ (1, 2/δ − 1] of max(g_δ(s)√ρ, sΛρ), written out from 000 eq. (10);
+    """min over a dense grid of s ∈ (1, 2/δ − 1] of max(g_δ(s)√ρ, sΛρ), written out from Liang–Yi (adaptive budgeting) eq. (10);
     a log-spaced grid of u = s − 1, then two zooms around the best grid point."""
     if rho == 0:
         return 0.0
@@ -71,7 +71,7 @@ def test_gp_epsilon_and_distance_units():
 
 
 def test_gp_to_cgp():
-    assert gp_to_cgp(0.2) == pytest.approx(0.02)  # 003 Lemma 3.6: ε²/2
+    assert gp_to_cgp(0.2) == pytest.approx(0.02)  # Liang–Yi (CGP) Lemma 3.6: ε²/2
     assert np.allclose(gp_to_cgp([1.0, 2.0]), [0.5, 2.0])
     with pytest.raises(ValueError, match="epsilon"):
         gp_to_cgp(-0.1)
@@ -96,14 +96,14 @@ def test_family_minimum_matches_bruteforce(rho, delta, lam):
     assert eps <= brute * (1 + 1e-12)
     assert eps == pytest.approx(brute, rel=1e-9)
     assert eps <= cgp_to_gp_epsilon_simple(rho, delta, lam)
-    # the closed form's own s (003 App. C) is a family member below the closed form
+    # the closed form's own s (Liang–Yi (CGP) App. C) is a family member below the closed form
     s = 1 + 2 * math.sqrt(rho * math.log(1 / delta)) / (rho * lam)
     if s <= 2 / delta - 1:
         assert cgp_to_gp_epsilon_at(s, rho, delta, lam) <= cgp_to_gp_epsilon_simple(rho, delta, lam) * (1 + 1e-12)
 
 
 def test_simple_form_and_paper_anchor():
-    # 003 §3.3: "ρ ≈ 0.01-CGP is at least as strong as (ε = 1, δ = 1e-10, Δ ≈ 10)-GP".
+    # Liang–Yi (CGP) §3.3: "ρ ≈ 0.01-CGP is at least as strong as (ε = 1, δ = 1e-10, Δ ≈ 10)-GP".
     simple = cgp_to_gp_epsilon_simple(0.01, 1e-10, 10.0)
     assert simple == pytest.approx(0.01 * 10 + 2 * math.sqrt(0.01 * math.log(1e10)))
     assert 1.0 < cgp_to_gp_epsilon(0.01, 1e-10, 10.0) < 1.03 < simple

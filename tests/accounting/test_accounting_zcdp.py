@@ -1,4 +1,4 @@
-"""δ-approximate ρ-zCDP accounting: composition and (ε, δ) conversions (001 Thm 3, 6; CKS 2020; Balle–Wang 2018).
+"""δ-approximate ρ-zCDP accounting: composition and (ε, δ) conversions (Rogers (unknown-domain) Thm 3, 6; CKS 2020; Balle–Wang 2018).
 
 Expected values are recomputed here from the formulas, with independent numerics (dense grids, scipy.stats).
 """
@@ -68,7 +68,7 @@ def test_compose_adds_rho_and_delta():
 
 
 def test_pure_dp_to_zcdp():
-    assert pure_dp_to_zcdp(0.5) == pytest.approx(0.125)  # 001 Thm 3: ε²/2
+    assert pure_dp_to_zcdp(0.5) == pytest.approx(0.125)  # Rogers (unknown-domain) Thm 3: ε²/2
     with pytest.raises(ValueError, match="epsilon"):
         pure_dp_to_zcdp(-1)
 

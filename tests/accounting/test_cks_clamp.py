@@ -1,4 +1,4 @@
-"""``cks_epsilon_at`` never reports a negative ε (streamdp/accounting/zcdp.py; DESIGN.md §3: reports show ε ≥ 0).
+"""``cks_epsilon_at`` never reports a negative ε (streamdp/accounting/zcdp.py; docs/contract.md §3: reports show ε ≥ 0).
 
 The function evaluates, at a given Rényi order α > 1, the CKS 2020 Cor. 13 conversion ρ-zCDP ⇒ (ε, δ)-DP solved for
 ε, as written in the module docstring of streamdp/accounting/zcdp.py:

@@ -1,4 +1,4 @@
-"""DESIGN §3: reports show a spend or budget as (ε, δ)-DP (zCDP, CKS conversion) and as geo-privacy (CGP, 003
+"""contract §3: reports show a spend or budget as (ε, δ)-DP (zCDP, CKS conversion) and as geo-privacy (CGP, Liang–Yi (CGP)
 Lemma 3.7). Known answers from the formulas written out here, minimised independently (scipy / a dense grid)."""
 
 import math
@@ -21,7 +21,7 @@ def cks_by_scipy(rho: float, delta: float) -> float:
 
 
 def gp_by_grid(rho: float, delta: float, Delta: float) -> float:
-    """003 Lemma 3.7 (App. C): ρ-CGP ⇒ (ε(s), δ, Δ)-GP, ε(s) = max{(s/(s−1))·2√(log(2/((s+1)δ)))·√ρ, sρΔ}."""
+    """Liang–Yi (CGP) Lemma 3.7 (App. C): ρ-CGP ⇒ (ε(s), δ, Δ)-GP, ε(s) = max{(s/(s−1))·2√(log(2/((s+1)δ)))·√ρ, sρΔ}."""
     s = 1.0 + np.logspace(-6, math.log10(2 / delta - 2), 400_001)
     g = s / (s - 1) * 2 * np.sqrt(np.maximum(np.log(2 / ((s + 1) * delta)), 0.0))
     return float(np.min(np.maximum(g * math.sqrt(rho), s * rho * Delta)))
@@ -32,7 +32,7 @@ def test_zcdp_as_dp_is_the_cks_conversion(rho, delta, dp):
     got = as_dp(rho, delta, dp)
     assert got["delta"] == pytest.approx(delta + dp, rel=1e-12)
     assert got["epsilon"] == pytest.approx(cks_by_scipy(rho, dp), rel=1e-7)
-    assert got["epsilon"] < rho + 2 * math.sqrt(rho * math.log(1 / dp))  # tighter than Bun–Steinke (001 Thm 3)
+    assert got["epsilon"] < rho + 2 * math.sqrt(rho * math.log(1 / dp))  # tighter than Bun–Steinke (Rogers (unknown-domain) Thm 3)
 
 
 @pytest.mark.parametrize("rho_m2,within_km,dp", [(1.688e-8, 1.0, 1e-6), (6e-8, 10.0, 1e-6), (3e-9, 2.0, 1e-9)])

@@ -1,4 +1,4 @@
-"""SingleOwnerAssignor without a broker: one member owns every input partition, the others get nothing (DESIGN §4).
+"""SingleOwnerAssignor without a broker: one member owns every input partition, the others get nothing (contract §4).
 
 The group protocol is simulated the way aiokafka runs it: each member's ``metadata()`` goes over the wire
 (encode → decode), the leader's ``assign()`` sees the decoded metadata of all members, and each member's

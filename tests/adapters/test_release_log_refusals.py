@@ -1,4 +1,4 @@
-"""The release log refuses a second, different record for a key it holds (DESIGN.md §3: fresh noise must never be
+"""The release log refuses a second, different record for a key it holds (docs/contract.md §3: fresh noise must never be
 published for the same quantity; ``adapters/kafka/checkpoint.py``), and the keys and bytes it is indexed by.
 
 * :class:`DeferredReleaseLog` (the worker's store wrapper) answers ``put_release`` with the record already logged —

@@ -2,7 +2,7 @@
 checkpoint) with a recording stand-in for the Kafka clients (no broker: what is checked is the ORDER of the worker's
 calls and the exact records it hands to Kafka, which a broker run cannot observe).
 
-DESIGN.md §3 "Atomicity" and the checkpoint protocol (``checkpoint.py``): charge → checkpoint (state + offsets +
+docs/contract.md §3 "Atomicity" and the checkpoint protocol (``checkpoint.py``): charge → checkpoint (state + offsets +
 release log + pending records, one atomic call) → publish → wait for the broker's acknowledgements → ack →
 commit offsets; dead letters are acknowledged by the broker before the checkpoint that passes their offsets; a
 restore re-publishes the pending records and acks them only once the broker acknowledged them. Dead letters carry

@@ -100,8 +100,8 @@ def test_show_human_table(capsys, store_url):
 
 
 def test_show_converted_guarantees(capsys, store_url):
-    """DESIGN §3: reports show the converted guarantees. zCDP (ρ, δ) → (ε, δ + δ′)-DP by CKS; CGP ρ per m² → ε per
-    km (003 Lemma 3.7) — the numbers are those of streamdp.accounting.report (known answers in
+    """contract §3: reports show the converted guarantees. zCDP (ρ, δ) → (ε, δ + δ′)-DP by CKS; CGP ρ per m² → ε per
+    km (Liang–Yi (CGP) Lemma 3.7) — the numbers are those of streamdp.accounting.report (known answers in
     tests/accounting/test_report.py); here: the right amounts reach the right conversion, in JSON and in text."""
     from streamdp.accounting.report import as_dp, as_gp
 

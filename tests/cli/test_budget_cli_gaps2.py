@@ -23,7 +23,7 @@ def _store(tmp_path) -> str:
     ok = st.admit("q", 1, ["full", "dfull", "half", "halted"],
                   [Cost(zcdp_rho=1.0).to_fixed(), Cost(zcdp_rho=0.1, zcdp_delta=1e-6).to_fixed(),
                    Cost(zcdp_rho=0.5, zcdp_delta=1e-7).to_fixed(), Cost(zcdp_rho=2.0).to_fixed()])
-    assert ok.tolist() == [True, True, True, False]  # spent + cost ≤ budget is admitted (000 eq. (7))
+    assert ok.tolist() == [True, True, True, False]  # spent + cost ≤ budget is admitted (Liang–Yi (adaptive budgeting) eq. (7))
     st.save()
     return path
 

@@ -183,7 +183,7 @@ def test_python_dash_m_reports_a_bad_config_in_one_line(tmp_path, module):
 
 
 def test_run_retries_an_unreachable_store_with_backoff_then_gives_up_in_one_line(monkeypatch):
-    """DESIGN §6: Redis unavailable at start is retried with exponential backoff (0.5, 1, 2 … 10 s), for
+    """contract §6: Redis unavailable at start is retried with exponential backoff (0.5, 1, 2 … 10 s), for
     --store-wait seconds; a malformed URL fails at once."""
     import streamdp.filter as filt
     from streamdp.cli.main import CLIError

@@ -30,7 +30,7 @@ def test_a_demo_rerun_on_redis_charges_nobody(redis_url, tmp_path, capsys):
     spent, ledger = _spent(store), store.ledger()
     assert spent and ledger
     capsys.readouterr()
-    assert main(argv + ["--out", str(tmp_path / "o2")]) == 2
+    assert main(argv + ["--out", str(tmp_path / "o2")]) == 7  # demo.EXIT_ALREADY_RELEASED
     err = capsys.readouterr().err
     assert "already holds a different release for" in err and "Traceback" not in err
     assert _spent(store) == spent  # nobody charged again

@@ -54,7 +54,7 @@ def test_an_interrupted_demo_leaves_every_published_release_charged_and_logged_i
     capsys.readouterr()
 
     # the re-run finds the logged releases: it refuses, in one line, and publishes nothing
-    assert main(["demo", "--store", str(st), "--out", str(out2), "--limit", "60000", "--quiet", "--no-plot"]) == 2
+    assert main(["demo", "--store", str(st), "--out", str(out2), "--limit", "60000", "--quiet", "--no-plot"]) == 7
     err = capsys.readouterr().err
     assert "already holds a different release for" in err and "Traceback" not in err
     assert _published(out2) == []

@@ -1,4 +1,4 @@
-"""``streamdp budget ledger --totals`` (DESIGN §3 "Ledger": running totals per query), hand-made entries."""
+"""``streamdp budget ledger --totals`` (contract §3 "Ledger": running totals per query), hand-made entries."""
 
 import json
 

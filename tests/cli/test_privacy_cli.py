@@ -1,5 +1,5 @@
-"""``streamdp privacy convert|cost``: values recomputed from the formulas (001 Thm 3, 4, 7, 8, 9, 10;
-DESIGN.md §3 for the binary tree), JSON shape, and one-line errors with exit status 2."""
+"""``streamdp privacy convert|cost``: values recomputed from the formulas (Rogers (unknown-domain) Thm 3, 4, 7, 8, 9, 10;
+docs/contract.md §3 for the binary tree), JSON shape, and one-line errors with exit status 2."""
 
 from __future__ import annotations
 

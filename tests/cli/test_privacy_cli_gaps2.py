@@ -1,6 +1,6 @@
 """``streamdp privacy cost`` gaps found by mutation (round 2): the default of ``--k`` for the exponential mechanism,
 the ``levels`` shown for the binary tree, the noise scales shown for the histograms, and the ``--target-delta``
-conversion with the mechanism's δ subtracted. Known answers by hand (001 Thm 5, Thm 7; DESIGN.md §3) or OpenDP."""
+conversion with the mechanism's δ subtracted. Known answers by hand (Rogers (unknown-domain) Thm 5, Thm 7; docs/contract.md §3) or OpenDP."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ def run_json(capsys, *argv) -> dict:
 
 def test_exponential_without_k_is_one_selection(capsys):
     d = run_json(capsys, "privacy", "cost", "--mechanism", "exponential", "--epsilon", "2")
-    assert d["rho"] == pytest.approx(4 / 8, rel=1e-12)  # one ε-DP exponential selection: ε²/8-zCDP (001 Thm 5)
+    assert d["rho"] == pytest.approx(4 / 8, rel=1e-12)  # one ε-DP exponential selection: ε²/8-zCDP (Rogers (unknown-domain) Thm 5)
     d3 = run_json(capsys, "privacy", "cost", "--mechanism", "exponential", "--epsilon", "2", "--k", "3")
     assert d3["rho"] == pytest.approx(3 * 4 / 8, rel=1e-12)  # control: k selections compose
 
 
 @pytest.mark.parametrize("L,levels", [(1, 1), (2, 2), (3, 2), (7, 3), (8, 4), (1023, 10), (1024, 11)])
 def test_binary_tree_levels_shown(capsys, L, levels):
-    """levels = ⌈log2(L+1)⌉ (DESIGN §3): 2^(levels−1) ≤ L < 2^levels, by hand for each L."""
+    """levels = ⌈log2(L+1)⌉ (contract §3): 2^(levels−1) ≤ L < 2^levels, by hand for each L."""
     d = run_json(capsys, "privacy", "cost", "--mechanism", "binary-tree", "--sigma", "2", "--horizon", str(L),
                  "--delta-item", "1e-9", "--cap", "1")
     assert d["levels"] == levels
@@ -38,7 +38,7 @@ def test_binary_tree_levels_shown(capsys, L, levels):
 def test_histogram_noise_scale_shown(capsys, name, key):
     d = run_json(capsys, "privacy", "cost", "--mechanism", name, "--epsilon", "0.5", "--delta", "1e-7",
                  "--l0", "3", "--linf", "2")
-    assert d[key] == pytest.approx(2 / 0.5, rel=1e-12)  # Δ∞/ε (001 Alg. 1)
+    assert d[key] == pytest.approx(2 / 0.5, rel=1e-12)  # Δ∞/ε (Rogers (unknown-domain) Alg. 1)
 
 
 def test_target_delta_subtracts_the_mechanisms_delta(capsys):

@@ -1,7 +1,7 @@
 """Config → mechanism wiring gaps found by mutation (round 2): the service horizon L reaches the continual-count
 tree's cost and the engine, a δ budget ≥ 1 is refused in EVERY notion, and the kinds' defaults are the documented
-ones (docs/query_*.md parameter tables, DESIGN.md §3 "default C = 1"), checked by their effect on thresholds and
-costs computed by hand from 001 Thm 7/9/10/11 and DESIGN.md §3."""
+ones (docs/query_*.md parameter tables, docs/contract.md §3 "default C = 1"), checked by their effect on thresholds and
+costs computed by hand from Rogers (unknown-domain) Thm 7/9/10/11 and docs/contract.md §3."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_service_horizon_reaches_the_tree_cost_threshold_and_engine():
 
 
 def test_continual_counts_default_cap_is_one():
-    """DESIGN §3: over the horizon a user adds to any one item at most C times, default C = 1 (distinct users).
+    """contract §3: over the horizon a user adds to any one item at most C times, default C = 1 (distinct users).
     Defaults of `streamdp queries kinds`: δ_item = 1e-6, Δ0 = 4 (as window_histogram's documented Δ0).
     σ = 1, L = 64 (7 levels): ρ = 1·7/2 = 3.5, δ = 1e-6; T = 1 + √6·Φ⁻¹(1 − 1e-6/64) (P = popcount(63) = 6)."""
     (q,) = parse_config(_cfg({"kind": "continual_counts", "sigma": 1.0})).build_queries()
@@ -83,7 +83,7 @@ def test_non_finite_mechanism_parameters_are_refused(query):
 # ---------------------------------------------------------------------------------------- defaults by effect
 def test_window_histogram_defaults_give_the_documented_threshold_and_cost():
     """docs/query_window_histogram.md: δ = 1e-6, Δ0 = 4, threshold/Gaussian. ε = 0.5:
-    T = 1 + Φ⁻¹(1 − δ/Δ0)/ε = 1 + 2·Φ⁻¹(1 − 2.5e-7) (001 Thm 7, Δ∞ = 1); full cost (Δ0·ε²/2, δ) = (0.5, 1e-6)."""
+    T = 1 + Φ⁻¹(1 − δ/Δ0)/ε = 1 + 2·Φ⁻¹(1 − 2.5e-7) (Rogers (unknown-domain) Thm 7, Δ∞ = 1); full cost (Δ0·ε²/2, δ) = (0.5, 1e-6)."""
     (q,) = parse_config(_cfg({"kind": "window_histogram", "epsilon": 0.5})).build_queries()
     assert q.threshold == pytest.approx(1 + 2 * stats.norm.isf(2.5e-7), rel=1e-9)
     from streamdp.accounting.cost import fixed_to_cost
@@ -95,8 +95,8 @@ def test_window_histogram_defaults_give_the_documented_threshold_and_cost():
 
 
 def test_top_k_defaults_threshold_and_reservation():
-    """top_k defaults δ = 1e-6, k = 5, k̄ = 20, k* = 500 (`streamdp queries kinds`): T = 1 + log(k̄/δ)/ε (001 Thm 9);
-    reservation k·ε²/8 and δ (001 Thm 10). ε = 0.5: T = 1 + 2·log(2e7); ρ = 5·0.25/8 = 0.15625."""
+    """top_k defaults δ = 1e-6, k = 5, k̄ = 20, k* = 500 (`streamdp queries kinds`): T = 1 + log(k̄/δ)/ε (Rogers (unknown-domain) Thm 9);
+    reservation k·ε²/8 and δ (Rogers (unknown-domain) Thm 10). ε = 0.5: T = 1 + 2·log(2e7); ρ = 5·0.25/8 = 0.15625."""
     (q,) = parse_config(_cfg({"kind": "top_k", "epsilon": 0.5})).build_queries()
     assert q.threshold == pytest.approx(1 + 2 * math.log(20 / 1e-6), rel=1e-12)
     r = q.pwyg.reserve_cost(q.k)

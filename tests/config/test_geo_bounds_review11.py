@@ -1,4 +1,4 @@
-"""Configuration review 11 of the geo kinds: bounds and public points are checked at start (DESIGN §6).
+"""Configuration review 11 of the geo kinds: bounds and public points are checked at start (contract §6).
 
 * F3 — ``geo_convex_hull`` ``k`` / ``k_min`` / ``k_max`` had no upper bound: k = 10**9 passed ``config check`` and the
   first window close (after the users were charged) allocated 7.45 GiB. Now each is ≤ 4096.

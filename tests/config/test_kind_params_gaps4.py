@@ -82,7 +82,7 @@ def test_convex_hull_k_zero_written_out_is_the_automatic_k():
 
 def test_documented_defaults_of_the_geo_and_point_kinds():
     """docs/query_geo_emd.md: neighbourhood "user" is the default for geo_locations and geo_knn (the released
-    means of geo_knn then have sensitivity √2/k, not √2 — 003 Thm 3.1); docs/query_range.md: kde_point's default
+    means of geo_knn then have sensitivity √2/k, not √2 — Liang–Yi (CGP) Thm 3.1); docs/query_range.md: kde_point's default
     estimator is pm0, knn_point's pm1."""
     loc = _build({"kind": "geo_locations", "rho": 1.0, "region": US})
     assert loc.neighbourhood == "user"

@@ -1,6 +1,6 @@
-"""Query kinds emd_linear and emd_frequency (004) end to end through the engine (in-memory store).
+"""Query kinds emd_linear and emd_frequency (Imola et al. (EMD)) end to end through the engine (in-memory store).
 
-Expected costs and noise scales are recomputed here from 004's formulas (Lemma 4.2: ω = 1/(nα); composition
+Expected costs and noise scales are recomputed here from Imola et al. (EMD)'s formulas (Lemma 4.2: ω = 1/(nα); composition
 α = m·α0; the local FMT22 shuffle bound with the group-privacy δ), not read from the code under test.
 """
 
@@ -55,7 +55,7 @@ def test_emd_linear_known_cost_and_users_without_featured_items_pay_nothing():
     assert [r.values["users"] for r in recs] == [2, 1]
     for r in recs:
         release_validator(r.kind).validate(orjson.loads(r.to_bytes()))
-    assert int(store.get_user("u1").spent[ALPHA]) == 2 * fixed_up(alpha)  # α-d_EM-DP, δ = 0 (004 Lemma 4.2)
+    assert int(store.get_user("u1").spent[ALPHA]) == 2 * fixed_up(alpha)  # α-d_EM-DP, δ = 0 (Imola et al. (EMD) Lemma 4.2)
     assert int(store.get_user("u4").spent[ALPHA]) == fixed_up(alpha)
     for u in ("u2", "u3"):  # unfeatured items only / no items: nothing (window 1 went through reserve → settle)
         assert not store.get_user(u).spent.any()
@@ -65,7 +65,7 @@ def test_emd_linear_known_cost_and_users_without_featured_items_pay_nothing():
 
 def test_emd_linear_is_the_user_weighted_mean_with_sensitivity_L_dEM_over_n():
     """Near-noiseless releases: the value is mean_i q_f(D_i) (users weighted equally), and changing one user's
-    multiset moves it by ≤ L·d_EM(D_i, D_i')/n — the bound that calibrates the noise (004 Thm 4.1)."""
+    multiset moves it by ≤ L·d_EM(D_i, D_i')/n — the bound that calibrates the noise (Imola et al. (EMD) Thm 4.1)."""
     feats = {"a": [0.0, 0.0], "b": [1.0, 0.0], "c": [0.0, 2.0], "d": [1.0, 2.0]}
     names = list(feats)
     L = math.sqrt(5.0)  # the diameter
@@ -93,7 +93,7 @@ def test_emd_linear_is_the_user_weighted_mean_with_sensitivity_L_dEM_over_n():
 @pytest.mark.statistical
 def test_emd_linear_noise_is_laplace_in_1d_and_knorm_in_2d():
     """20 one-dimensional and 20 two-dimensional queries per window, 60 windows: released − true ~ Laplace(L/(nα))
-    (1-D) and the 2-D noise norm ~ Gamma(2, L/(nα)) with a uniform angle (K-norm, 004 Alg. 1)."""
+    (1-D) and the 2-D noise norm ~ Gamma(2, L/(nα)) with a uniform angle (K-norm, Imola et al. (EMD) Alg. 1)."""
     alpha, n, W = 0.5, 8, 60
     f1 = {"a": [0.0], "b": [3.0]}
     f2 = {"a": [0.0, 0.0], "b": [3.0, 4.0]}
@@ -132,7 +132,7 @@ def test_emd_frequency_known_costs_and_max_items_exclusion():
         release_validator(r.kind).validate(orjson.loads(r.to_bytes()))
     assert [r.values["users"] for r in recs] == [2, 3]  # u2 (4 items > max_items) left out of window 1
     spent = {u: int(store.get_user(u).spent[ALPHA]) for u in ("u1", "u2", "u3", "u4", "u5")}
-    assert spent == {"u1": fixed_up(2 * a0) + fixed_up(1 * a0),  # composition α = m·α0, δ = 0 (004 §4.2)
+    assert spent == {"u1": fixed_up(2 * a0) + fixed_up(1 * a0),  # composition α = m·α0, δ = 0 (Imola et al. (EMD) §4.2)
                      "u2": fixed_up(1 * a0), "u3": 0, "u4": fixed_up(1 * a0) + fixed_up(3 * a0), "u5": 0}
     assert not any(store.get_user(u).spent[DELTA] for u in spent)
     assert set(recs[1].values["frequencies"]) == {"a1", "a2", "b1", "b2"}
@@ -254,7 +254,7 @@ def test_user_at_budget_is_halted_and_later_events_change_no_output(kind):
         n = b.values["users"]
         assert a.values["users"] == n + 1
         if kind == "emd_linear":
-            # central PrivEMDLinear: mean_i q_f(D_i) + K-norm noise of scale L/(nα) (004 Lemma 4.2). h's featured
+            # central PrivEMDLinear: mean_i q_f(D_i) + K-norm noise of scale L/(nα) (Imola et al. (EMD) Lemma 4.2). h's featured
             # items are ["b"] ("a2" is outside the domain): q_f(D_h) = f(b) = 1. The noise is the same standard
             # draw times L/(nα) in both runs (identical generator state: the draws per window do not depend on
             # n), so (n+1)·released_with − n·released_without = q_f(D_h) = 1 exactly, up to float rounding.

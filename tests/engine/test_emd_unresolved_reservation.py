@@ -3,8 +3,8 @@
 The engine binds its name table before every prepare (``ReleaseEngine.close_window``), so through the engine every
 item id is resolvable and this path never runs; a query used without ``bind_names`` (or after its table was
 swapped) must still reserve enough. These tests call the query's ``prepare``/``release`` directly on a hand-made
-window. Expected costs from 004's item-wise composition: a user with m items in the domain pays α = m·α0, δ = 0
-(``delta`` = 0; 004 §4.2, Thm 4.4 local model), so with α0 = 0.4 and max_items = 3:
+window. Expected costs from Imola et al. (EMD)'s item-wise composition: a user with m items in the domain pays α = m·α0, δ = 0
+(``delta`` = 0; Imola et al. (EMD) §4.2, Thm 4.4 local model), so with α0 = 0.4 and max_items = 3:
 
     α(1) = 0.4, α(2) = 0.8, α(3) = 1.2;  a user with more than max_items items is left out and pays nothing.
 

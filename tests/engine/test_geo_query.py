@@ -1,6 +1,6 @@
-"""Query kinds geo_locations, geo_knn, geo_convex_hull (003) end to end through the engine (in-memory store).
+"""Query kinds geo_locations, geo_knn, geo_convex_hull (Liang–Yi (CGP)) end to end through the engine (in-memory store).
 
-Expected costs, σ's and the metres-per-unit bound are recomputed here from the formulas (003 Thm 3.1/4.8, Lemma
+Expected costs, σ's and the metres-per-unit bound are recomputed here from the formulas (Liang–Yi (CGP) Thm 3.1/4.8, Lemma
 3.6; the sinc/chord bound of streamdp/engine/queries/geo.py), not read from the code under test.
 """
 
@@ -126,7 +126,7 @@ def test_known_costs_fixed_point_with_unit_conversion_and_gp():
     # to ~1e-9 relative — hence ±1 fixed-point unit per term)
     per_window = (fixed_up(rho_m / folded_c("metres", US, 37.0) ** 2)
                   + fixed_up(rho_deg / folded_c("degrees", US) ** 2)
-                  + fixed_up(eps**2 / 2 / folded_c("metres", US) ** 2))  # ε-GP ⇒ ε²/2-CGP (003 Lemma 3.6)
+                  + fixed_up(eps**2 / 2 / folded_c("metres", US) ** 2))  # ε-GP ⇒ ε²/2-CGP (Liang–Yi (CGP) Lemma 3.6)
     for i in range(4):
         u = store.get_user(f"u{i}")
         assert abs(int(u.spent[CGP]) - 3 * per_window) <= 3 * 3
@@ -217,7 +217,7 @@ def test_geo_locations_gaussian_noise_ks(neighbourhood):
     pts = np.array(recs[0].values["points"])
     assert pts.shape == (n, 2)
     res = (planar(pts, "metres", ref) - planar([x0], "metres", ref)).ravel()  # metres
-    sigma = math.sqrt((n if neighbourhood == "dist_inf" else 1) / (2 * rho))  # 003 Thm 4.8 / Thm 3.1
+    sigma = math.sqrt((n if neighbourhood == "dist_inf" else 1) / (2 * rho))  # Liang–Yi (CGP) Thm 4.8 / Thm 3.1
     assert recs[0].values["noise"]["sigma"] == pytest.approx(sigma, rel=1e-12)
     assert stats.kstest(res / sigma, "norm").pvalue > 1e-6
     assert abs(res.mean()) < 5 * sigma / math.sqrt(res.size)
@@ -229,7 +229,7 @@ def test_geo_locations_gaussian_noise_ks(neighbourhood):
 
 @pytest.mark.statistical
 def test_geo_locations_planar_laplace_radius_ks():
-    n, eps = 1500, 5e-3  # per metre; dist_inf: ε/n per point, radius ~ Gamma(2, n/ε) (003 Thm 4.6)
+    n, eps = 1500, 5e-3  # per metre; dist_inf: ε/n per point, radius ~ Gamma(2, n/ε) (Liang–Yi (CGP) Thm 4.6)
     q = GeoLocations("cloud", mechanism="gp", epsilon=eps, neighbourhood="dist_inf", region=NYC, ref_lat=40.7)
     e, _ = engine([q], Cost.cgp(1e9), seed=22)
     x0 = (40.70, -74.00)
@@ -269,7 +269,7 @@ def test_geo_knn_finds_the_near_users_and_states_its_noise():
     recs = run(e, [ev(f"u{i}", 1 + 0.01 * i, x) for i, x in enumerate(locs)])
     v = recs[0].values
     assert v["k"] == k and v["users"] == len(locs)
-    sigma = (math.sqrt(2) / k) / math.sqrt(2 * (1 - 0.4) * rho / m)  # K = √2/k, ρ_rel = 0.6ρ/m (003 Thm 3.1)
+    sigma = (math.sqrt(2) / k) / math.sqrt(2 * (1 - 0.4) * rho / m)  # K = √2/k, ρ_rel = 0.6ρ/m (Liang–Yi (CGP) Thm 3.1)
     assert v["noise"]["sigma"] == pytest.approx(sigma, rel=1e-12)
     for nb, group, p in zip(v["neighbours"], (near_nyc, near_la), pts):
         assert nb["mean_location"] == pytest.approx(np.mean(group, axis=0).tolist(), abs=1e-3)

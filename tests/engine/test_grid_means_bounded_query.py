@@ -34,8 +34,8 @@ def ev(user, ts, value=None, loc=None, items=()):
     return orjson.dumps(d)
 
 
-# per-cell zCDP cost as a multiple of ε²: one Laplace release ε²/2 (001 Thm 3); Levy (ε/2)²/8 + (ε/2)²/2 = 5ε²/32 and
-# Quantile 2·(ε/4)²/8 + (ε/2)²/2 = 9ε²/64 (exponential-mechanism intervals, 001 Thm 5, composed in zCDP)
+# per-cell zCDP cost as a multiple of ε²: one Laplace release ε²/2 (Rogers (unknown-domain) Thm 3); Levy (ε/2)²/8 + (ε/2)²/2 = 5ε²/32 and
+# Quantile 2·(ε/4)²/8 + (ε/2)²/2 = 9ε²/64 (exponential-mechanism intervals, Rogers (unknown-domain) Thm 5, composed in zCDP)
 CELL_COST = {"baseline": Fraction(1, 2), "array_averaging": Fraction(1, 2), "levy": Fraction(5, 32),
              "fixed_quantile": Fraction(9, 64), "optimized_quantile": Fraction(9, 64)}
 
@@ -240,7 +240,7 @@ def test_the_bounded_ledger_survives_a_snapshot():
 # ------------------------------------------------------------------------------------------- (c) statistical
 @pytest.mark.statistical
 def test_baseline_release_minus_true_mean_is_laplace_U_mstar_over_summ_over_eps():
-    """Over 40 windows × 100 cells: (release − clipped true mean) / (U·m*/Σm/ε) ~ Laplace(0, 1) (002 §III-B)."""
+    """Over 40 windows × 100 cells: (release − clipped true mean) / (U·m*/Σm/ε) ~ Laplace(0, 1) (Rameshwar–Tandon (IoT means) §III-B)."""
     eps, U = 0.8, 50.0
     n_windows, n_cells = 40, 100
     q = GridMeans("b", epsilon=eps, upper=U, estimator="baseline", cells="grid", cell_size=1.0,

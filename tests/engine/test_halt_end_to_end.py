@@ -1,4 +1,4 @@
-"""End-to-end HALT (DESIGN.md §3 "Filter"): a user at their budget is refused at the next window that would charge
+"""End-to-end HALT (docs/contract.md §3 "Filter"): a user at their budget is refused at the next window that would charge
 them, halted for good, and their data in that and every later window changes no release.
 
 Each test runs the same deterministic (test-mode) engine three times:
@@ -11,7 +11,7 @@ Each test runs the same deterministic (test-mode) engine three times:
 
 The scenarios put U's contribution where one user decides the release: an item one count short of passing the
 noisy top-k threshold, a count just below a threshold query's T, a KDE / kNN point U sits next to, a selected item's
-running count. The budgets are the DESIGN §3 / paper formulas written out here, with values exact in binary floating
+running count. The budgets are the contract §3 / paper formulas written out here, with values exact in binary floating
 point so that "exactly one reservation" is exact on the fixed-point grid too.
 """
 
@@ -59,13 +59,13 @@ def spent(store, user="U"):
 
 # ------------------------------------------------------------------------------------------------------ top-k
 def test_top_k_user_at_one_reservation_is_halted_and_later_events_change_no_ranked_list():
-    # ε = 10 (Gumbel β = 0.1), δ = 2⁻⁷, k = k̄ = 2: T = 1 + log(k̄/δ)/ε = 1 + log(256)/10 ≈ 1.55 (001 Thm 9).
+    # ε = 10 (Gumbel β = 0.1), δ = 2⁻⁷, k = k̄ = 2: T = 1 + log(k̄/δ)/ε = 1 + log(256)/10 ≈ 1.55 (Rogers (unknown-domain) Thm 9).
     # An item passes iff c_i + G_i > T + c_(k̄+1) + G_0: with a gap of 1 over the third count it (almost surely)
     # fails, with a gap of 2 it (almost surely) passes — one user decides.
     eps, delta, k = 10.0, 2.0**-7, 2
     q = lambda: TopK("t", epsilon=eps, delta=delta, k=k, kbar=k, k_star=1000)  # noqa: E731
     assert q().threshold == pytest.approx(1 + math.log(k / delta) / eps)
-    reserve = Cost.zcdp(k * eps**2 / 8, delta)  # DESIGN §3: reserve k·ε²/8 and δ per window with data
+    reserve = Cost.zcdp(k * eps**2 / 8, delta)  # contract §3: reserve k·ε²/8 and δ per window with data
     big = Cost.zcdp(1e6, 1.0)
     base = []
     for w in range(4):  # per window: a held by 6 users, b by 6, c by 5 (c_(k̄+1) = 5)
@@ -80,7 +80,7 @@ def test_top_k_user_at_one_reservation_is_halted_and_later_events_change_no_rank
     rR, sR = go(q, big, base + u_first, u_budget=reserve)
     rP, sP = go(q, big, base + u_first + u_later)  # positive control: U has the large default budget
 
-    # window 1: U admitted and settled to what the call returned, |I(1)|·ε²/8 and δ (001 Thm 10)
+    # window 1: U admitted and settled to what the call returned, |I(1)|·ε²/8 and δ (Rogers (unknown-domain) Thm 10)
     n1 = len(rH[0].values["items"])
     assert 1 <= n1 <= k
     assert int(spent(sH)[ZRHO]) == Cost.zcdp(n1 * eps**2 / 8).to_fixed()[ZRHO]
@@ -112,7 +112,7 @@ def test_threshold_count_user_at_budget_is_halted_and_later_events_change_no_ans
         base += [ev(f"v{j}", t0 + 0.01 * j, ["x"]) for j in range(9)] + [ev("by", t0 + 0.5, ["y"])]
     u_first = [ev("U", 5.0, ["x"])]
     u_later = [ev("U", 10.0 * w + 5, ["x"]) for w in (1, 2, 3)]
-    budget = Cost.zcdp(rho)  # exactly one reservation (every present user reserves ρ, 000 App. C)
+    budget = Cost.zcdp(rho)  # exactly one reservation (every present user reserves ρ, Liang–Yi (adaptive budgeting) App. C)
 
     rH, sH = go(q, big, base + u_first + u_later, u_budget=budget)
     rR, sR = go(q, big, base + u_first, u_budget=budget)
@@ -137,7 +137,7 @@ B_RHO = 4000.0  # per-user sequence budget B, CGP ρ per m² (units = "m": the c
 
 
 def first_reservation() -> Cost:
-    """000 Alg. 3 at l = 1 with B_i = B: r = γ_1·(B − (m/m)·B) + B/m = B/m (ρ per m²)."""
+    """Liang–Yi (adaptive budgeting) Alg. 3 at l = 1 with B_i = B: r = γ_1·(B − (m/m)·B) + B/m = B/m (ρ per m²)."""
     return Cost.cgp(B_RHO / M)
 
 
@@ -183,7 +183,7 @@ def test_kde_point_user_at_budget_is_halted_and_later_events_change_no_estimate(
     u_loc = (0.5, 0.0)
     rR, rP = halted_reference_and_positive(q, others, u_loc)
 
-    # f(p, b) = (1/n) Σ exp(−‖x_i − p‖²/(2b²)) over the located users, without and with U (000 §6.3)
+    # f(p, b) = (1/n) Σ exp(−‖x_i − p‖²/(2b²)) over the located users, without and with U (Liang–Yi (adaptive budgeting) §6.3)
     k_o = np.exp(-np.sum(others**2, axis=1) / (2 * b * b))
     f_without = float(k_o.mean())
     f_with = float((k_o.sum() + math.exp(-(u_loc[0] ** 2 + u_loc[1] ** 2) / (2 * b * b))) / (k_o.size + 1))

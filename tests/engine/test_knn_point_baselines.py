@@ -1,13 +1,13 @@
-"""knn_point through the engine (in-memory store): the one-shot baselines BM1 / BM0 (000 §6.4.1) and the n ≤ k rule.
+"""knn_point through the engine (in-memory store): the one-shot baselines BM1 / BM0 (Liang–Yi (adaptive budgeting) §6.4.1) and the n ≤ k rule.
 
 Closes gaps of the mutation audit in ``streamdp/engine/queries/adaptive_point.py`` (``KNNPoint._run``). Expected
-values are worked out here from 000, never read from the query object:
+values are worked out here from Liang–Yi (adaptive budgeting), never read from the query object:
 
-* Alg. 3 with m = 1: r_i = B_i (notes/000.md; γ_l is undefined for m = 1), so a fresh user reserves the whole
+* Alg. 3 with m = 1: r_i = B_i (implementation notes on Liang–Yi (adaptive budgeting); γ_l is undefined for m = 1), so a fresh user reserves the whole
   sequence budget B; with m = 2 at l = 2, γ_2 = 1 and again r_i = B_i.
-* BM1 / BM0 (000 §6.4.1): ONE release per user with the whole r_i — ỹ_i = len_p(x_i) + N(0, 1/(2r_i)) (len_p is
-  1-Lipschitz) or x̃_i = x_i + N(0, 1/(2r_i)·I₂) (000 Lemma 3.4, K = 1: σ = 1/√(2ρ)). The executed cost is r_i:
-  nothing is saved (DESIGN §3 "reserve and settle": settle to the executed cost, here the reservation).
+* BM1 / BM0 (Liang–Yi (adaptive budgeting) §6.4.1): ONE release per user with the whole r_i — ỹ_i = len_p(x_i) + N(0, 1/(2r_i)) (len_p is
+  1-Lipschitz) or x̃_i = x_i + N(0, 1/(2r_i)·I₂) (Liang–Yi (adaptive budgeting) Lemma 3.4, K = 1: σ = 1/√(2ρ)). The executed cost is r_i:
+  nothing is saved (contract §3 "reserve and settle": settle to the executed cost, here the reservation).
 * A user at p (len_p = 0): BM1 releases N(0, σ²); BM0 releases ‖x̃_i − p‖ ~ Rayleigh(σ).
 * units = "m" is the ledger's canonical CGP unit: the store sees the fixed-point ρ (1e-12 grid) unchanged.
 """
@@ -69,13 +69,13 @@ def test_knn_point_baseline_charges_the_whole_r_i_and_its_noise_has_sigma_1_over
 
 
 def test_knn_point_with_exactly_k_located_users_releases_nothing_and_charges_nobody():
-    """n == k (000 Alg. 8 has nothing to select: every located user is among the k nearest): the release carries no
+    """n == k (Liang–Yi (adaptive budgeting) Alg. 8 has nothing to select: every located user is among the k nearest): the release carries no
     distance (k = n = 2, distances = []) and nobody pays, so their B_i is intact for the next query.
 
     m = 2, B = 100 ρ per m² = 10¹⁴ grid units, estimator pm1 (PIE-k, c = 4 even rounds). Window 1: a, b located
     (n = k = 2). Window 2 (l = 2 = m, γ_2 = 1): r_i = B_i — so a and b, who paid nothing, reserve the whole B
     again, as does the newcomer c. Positive control: in window 2, n = 3 > k, the query runs and every user pays at
-    least their first round, r_i/4 = B/4 (even split, 000 §7)."""
+    least their first round, r_i/4 = B/4 (even split, Liang–Yi (adaptive budgeting) §7)."""
     B = 100 * GRID
     q = KNNPoint("n", queries=[{"window": 1, "point": [0.0, 0.0]}, {"window": 2, "point": [0.0, 0.0]}], k=2,
                  budget_rho=100.0, units="m", estimator="pm1", rounds=4, split="even")

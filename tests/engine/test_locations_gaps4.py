@@ -1,4 +1,4 @@
-"""locate_users: one location per user per window (shared by the geo (003) and adaptive (000) kinds).
+"""locate_users: one location per user per window (shared by the geo (Liang–Yi (CGP)) and adaptive (Liang–Yi (adaptive budgeting)) kinds).
 
 Several users with interleaved arrivals: each returned id must sit next to a location computed from that user's own
 events only (the sequential adaptive queries charge each user by their location), and equal event times are broken

@@ -3,7 +3,7 @@
 The vectorised accelerator keeps the hashes of the interned names in two sorted tables: ``recent`` and ``main``;
 ``recent`` is merged into ``main`` once it holds more than 2^14 names (and a quarter of ``main``), i.e. in every
 engine that has seen more than 16 384 distinct users (or items), and no unit test went past that merge. A name
-mapped to the wrong id charges and releases the wrong user (DESIGN.md §3), a crash in the lookup stops the
+mapped to the wrong id charges and releases the wrong user (docs/contract.md §3), a crash in the lookup stops the
 service, and a lookup that silently falls back to the dict for every name loses the accelerator's whole point.
 
 Known answers: ids are dense and assigned in order of first appearance, so after interning ``u0, u1, …`` the id of

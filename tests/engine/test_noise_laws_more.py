@@ -1,14 +1,14 @@
 """Full noise laws (not only means and variances) of three releases, each with a power check against a nearby
 wrong law:
 
-1. range counts, BM1 (000 §6.2.1, App. B): the Gaussian noise of the privatised distance, read off the released
+1. range counts, BM1 (Liang–Yi (adaptive budgeting) §6.2.1, App. B): the Gaussian noise of the privatised distance, read off the released
    count, and the Poisson-binomial law of the released count with per-user budgets;
-2. KDE baselines BM0 / BM1 (000 §6.3.1): the Gaussian noise of the privatised point / distance, read off the
+2. KDE baselines BM0 / BM1 (Liang–Yi (adaptive budgeting) §6.3.1): the Gaussian noise of the privatised point / distance, read off the
    released estimate;
-3. emd_frequency through the engine (004 Alg. 4, §6.2; notes/004.md item 4): the law of the randomised reports
+3. emd_frequency through the engine (Imola et al. (EMD) Alg. 4, §6.2; implementation notes on Imola et al. (EMD), item 4): the law of the randomised reports
    that the query aggregates, read off the released frequencies (= the exact law of the unbiased estimator).
 
-Every expected law is derived in the comments from the papers and DESIGN.md §3, never read from the code under
+Every expected law is derived in the comments from the papers and docs/contract.md §3, never read from the code under
 test. Acceptance: KS or χ² at p > 1e-6 with fixed seeds (the explicit test-mode generators); power: the nearby
 wrong law is rejected at p < 1e-6 on the same sample.
 """
@@ -77,15 +77,15 @@ def poisson_binomial_pmf(p) -> np.ndarray:
     return pmf
 
 
-# ======================================================================== 1. range counts, BM1 (000 §6.2.1)
-# Law (000 §6.2.1 "Distance privatization", Lemma 3.4(2) with K = 1 since Proj_Γ is 1-Lipschitz, Lemma 6.3):
+# ======================================================================== 1. range counts, BM1 (Liang–Yi (adaptive budgeting) §6.2.1)
+# Law (Liang–Yi (adaptive budgeting) §6.2.1 "Distance privatization", Lemma 3.4(2) with K = 1 since Proj_Γ is 1-Lipschitz, Lemma 6.3):
 # user i releases ỹ_i = Proj_Γ(x_i) + Z_i/√(2ρ_i), Z_i ~ N(0, 1) independent, and BM1 = Σ_i 1{ỹ_i < η_i}. With
 # the App. B shift, γ_i = 1/√(2ρ_i) (the noise scale) and η_i = η(γ_i) = −a(γ_i)·γ_i, where for a rectangle with
 # sides l, w:   l, w > 2γ:  a = (4γ(l+w) − 4γ√((l+w)² − 16γ²)) / (16γ²);
 #               otherwise:  a = (8γ² + 2γ(l+w) − 2γ√((l+w)² + 4lw)) / (8γ²).
-# Without the shift η_i = 0. Proj_Γ is the signed distance to ∂Γ, negative inside (000 eq. (11)).
+# Without the shift η_i = 0. Proj_Γ is the signed distance to ∂Γ, negative inside (Liang–Yi (adaptive budgeting) eq. (11)).
 def app_b_eta(gamma: float, l: float, w: float) -> float:
-    """η(γ) of 000 App. B, written out from the paper."""
+    """η(γ) of Liang–Yi (adaptive budgeting) App. B, written out from the paper."""
     s = l + w
     if l > 2 * gamma and w > 2 * gamma:
         a = (4 * gamma * s - 4 * gamma * math.sqrt(s * s - 16 * gamma * gamma)) / (16 * gamma * gamma)
@@ -138,7 +138,7 @@ def test_bm1_noise_law_read_off_the_released_count(length, width, shift):
     assert np.all(np.diff(f_n) >= 0)  # one fixed sample of noise read at increasing t (else the reading is void)
     assert ks_grid_pvalue(f_n, stats.norm.cdf(t_grid / SIG_RC), n) > P_ACCEPT
     if shift:
-        # power: the law without the App. B shift, E[BM1]/n = P(d + σZ < 0) = Φ((t − η)/σ) (000 Fig. 8 "NoShift")
+        # power: the law without the App. B shift, E[BM1]/n = P(d + σZ < 0) = Φ((t − η)/σ) (Liang–Yi (adaptive budgeting) Fig. 8 "NoShift")
         assert ks_grid_pvalue(f_n, stats.norm.cdf((t_grid - eta) / SIG_RC), n) < P_REJECT
     else:
         # power: σ = 1/√ρ (the ρ ↔ 2ρ slip), and Laplace noise of the same variance (the ε-GP noise shape of
@@ -149,11 +149,11 @@ def test_bm1_noise_law_read_off_the_released_count(length, width, shift):
 
 @pytest.mark.statistical
 def test_bm1_released_count_is_poisson_binomial_with_per_user_budgets():
-    """BM1 with a different ρ_i per user (as 000 Alg. 3 hands out): C̃ = Σ_i 1{ỹ_i < η_i} with independent
+    """BM1 with a different ρ_i per user (as Liang–Yi (adaptive budgeting) Alg. 3 hands out): C̃ = Σ_i 1{ỹ_i < η_i} with independent
     ỹ_i ~ N(Proj_Γ(x_i), γ_i²), γ_i = 1/√(2ρ_i), η_i = η(γ_i) (App. B, both branches occur here), so C̃ is
     Poisson-binomial with p_i = Φ((η_i − Proj_Γ(x_i))/γ_i); χ² over repeated releases at 1e-6.
 
-    Proj_Γ(x_i) is written out for the axis-aligned rectangle [−3, 3] × [−2, 2] (000 eq. (11)): outside, the
+    Proj_Γ(x_i) is written out for the axis-aligned rectangle [−3, 3] × [−2, 2] (Liang–Yi (adaptive budgeting) eq. (11)): outside, the
     Euclidean distance to the rectangle; inside, minus the distance to the nearest edge."""
     L, W = 6.0, 4.0
     rect = Rectangle.axis_aligned(-L / 2, -W / 2, L / 2, W / 2)
@@ -179,8 +179,8 @@ def test_bm1_released_count_is_poisson_binomial_with_per_user_budgets():
     assert binned_chi2_pvalue(est, poisson_binomial_pmf(stats.norm.cdf((eta[perm] - d) / gam[perm]))) < P_REJECT
 
 
-# ================================================================================= 2. KDE baselines (000 §6.3.1)
-# Law (000 §6.3.1, Lemma 3.4(2) with K = 1): BM0 releases x̃_i = x_i + Z_i/√(2ρ_i), Z_i ~ N(0, I_2); BM1 releases
+# ================================================================================= 2. KDE baselines (Liang–Yi (adaptive budgeting) §6.3.1)
+# Law (Liang–Yi (adaptive budgeting) §6.3.1, Lemma 3.4(2) with K = 1): BM0 releases x̃_i = x_i + Z_i/√(2ρ_i), Z_i ~ N(0, I_2); BM1 releases
 # ỹ_i = len_p(x_i) + Z_i/√(2ρ_i), Z_i ~ N(0, 1) (len_p is 1-Lipschitz); the published estimate is
 # (1/n)·Σ_i exp(−len_p(x̃_i)²/(2b²)) resp. (1/n)·Σ_i exp(−ỹ_i²/(2b²)). With one user (n = 1) the estimate is an
 # invertible function of len_p(x̃) resp. |ỹ|: r = b·√(−2·ln(estimate)).
@@ -251,13 +251,13 @@ def test_kde_bm0_noise_is_the_isotropic_gaussian_of_rho():
     assert stats.kstest(coords, stats.laplace(scale=SIG_KDE / math.sqrt(2)).cdf).pvalue < P_REJECT
 
 
-# =================================================================== 3. emd_frequency through the engine (004)
-# Law (004 §6.2 and Alg. 4; notes/004.md item 4): the clustered metric on k = c·g items has d_X(x, y) = 0 for
+# =================================================================== 3. emd_frequency through the engine (Imola et al. (EMD))
+# Law (Imola et al. (EMD) §6.2 and Alg. 4; implementation notes on Imola et al. (EMD), item 4): the clustered metric on k = c·g items has d_X(x, y) = 0 for
 # x = y, γ within a cluster, 1 across. Each item x of each user is reported independently as y with probability
 # P(y | x) = e^{−α0·d_X(x, y)} / Z_x, Z_x = Σ_y e^{−α0·d_X(x, y)} (the metric k-RR). With N_x item occurrences of
 # x in the window, the report counts are C = Σ_x Multinomial(N_x, T[:, x]), T[y, x] = P(y | x), independent over
-# x (and over windows: fresh noise per release, DESIGN §3). With every user holding m items, the query's user-
-# weighted mean one-hot is v̄ = C/(n·m), and the unbiased estimate is ĥ = T⁻¹·v̄ (004 Alg. 4), so ĥ's law is an
+# x (and over windows: fresh noise per release, contract §3). With every user holding m items, the query's user-
+# weighted mean one-hot is v̄ = C/(n·m), and the unbiased estimate is ĥ = T⁻¹·v̄ (Imola et al. (EMD) Alg. 4), so ĥ's law is an
 # affine image of C's. The release is ĥ projected onto the simplex; Σĥ = 1 (1ᵀT = 1ᵀ), so when every released
 # entry is > 0 the projection was the identity, and C = n·m·T·(release) is read off exactly (integers).
 EMD_CLUSTERS = {"A": ["a1", "a2"], "B": ["b1", "b2"]}
@@ -269,7 +269,7 @@ EMD_PAIRS = [("a1", "b1")] * 240 + [("a1", "a2")] * 80 + [("a1", "b2")] * 80
 
 
 def clustered_krr_law(alpha0: float, gamma: float) -> np.ndarray:
-    """T[y, x] = e^{−α0·d(x, y)}/Z_x on the clustered metric of EMD_CLUSTERS (004 §6.2), from the definition."""
+    """T[y, x] = e^{−α0·d(x, y)}/Z_x on the clustered metric of EMD_CLUSTERS (Imola et al. (EMD) §6.2), from the definition."""
     cl = {x: c for c, members in EMD_CLUSTERS.items() for x in members}
     d = np.array([[0.0 if x == y else (gamma if cl[x] == cl[y] else 1.0) for x in EMD_NAMES] for y in EMD_NAMES])
     t = np.exp(-alpha0 * d)

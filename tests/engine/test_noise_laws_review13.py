@@ -1,12 +1,12 @@
 """Statistical checks of noise laws through the query kinds that the other tests did not cover (review of 2026-11-23):
 
 1. grid_means levy / fixed_quantile / optimized_quantile (BestFit) and array_averaging (WrapAround) through the
-   engine: (release − f[a,b]) / noise_scale ~ Laplace(0, 1), and noise_scale = 2(b−a)/(K̄ε) resp. 2U/(Kε) (002
+   engine: (release − f[a,b]) / noise_scale ~ Laplace(0, 1), and noise_scale = 2(b−a)/(K̄ε) resp. 2U/(Kε) (Rameshwar–Tandon (IoT means)
    §III-C/D/E), with f recomputed from the published interval.
 2. geo_knn (user neighbourhood, k ≥ n so the selection is everybody): the three released aggregates minus the true
-   ones ~ N(0, σ²), σ = (√2/k)/√(2ρ_rel/m) (003 Thm 3.1).
+   ones ~ N(0, σ²), σ = (√2/k)/√(2ρ_rel/m) (Liang–Yi (CGP) Thm 3.1).
 3. geo_locations mechanism 'gp', neighbourhood 'user': radius of the planar noise ~ Gamma(2, 1/ε), angle uniform
-   (003 Lemma 2.6) — the existing engine test covers only dist_inf.
+   (Liang–Yi (CGP) Lemma 2.6) — the existing engine test covers only dist_inf.
 """
 import math
 

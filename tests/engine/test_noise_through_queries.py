@@ -1,11 +1,11 @@
-"""Release laws measured through the engine: top_k (001 Alg. 3/4, Thm 9) and knn_point (000 Alg. 8, Fact 6.2).
+"""Release laws measured through the engine: top_k (Rogers (unknown-domain) Alg. 3/4, Thm 9) and knn_point (Liang–Yi (adaptive budgeting) Alg. 8, Fact 6.2).
 
 Every trial is one window closed by ReleaseEngine over a MemoryBudgetStore with the seeded test-mode generator;
 several engines with different seeds supply independent trials. The exact laws are worked out here from the
 papers' formulas (comments), not read from the code under test; each goodness-of-fit test runs at p = 1e-6 and is
 shown to reject a nearby wrong law (power).
 
-Top-k (001 Alg. 3, Thm 9; DESIGN.md §3 "Top-k"): with β = 1/ε and T = 1 + log(k̄/δ)/ε,
+Top-k (Rogers (unknown-domain) Alg. 3, Thm 9; docs/contract.md §3 "Top-k"): with β = 1/ε and T = 1 + log(k̄/δ)/ε,
 
     T̃ = T + c_(k̄+1) + G0,   c̃_i = c_i + G_i (top-k̄ items),   item i is returned iff c̃_i > T̃,
 
@@ -158,11 +158,11 @@ def test_top_k_halted_users_items_do_not_enter_the_histogram():
 
 @pytest.mark.statistical
 def test_knn_point_released_distances_of_all_round_survivors_are_gaussian_with_inverse_variance_sigma():
-    """knn_point, estimator pm1 (000 Alg. 8: PIE-k on len_p with distance privatisation), c = 4 rounds, doubling
-    split, reuse_savings = false (000 §5.1: r_i = B/m for every query, so every fresh user gets ρ_i = B/m).
+    """knn_point, estimator pm1 (Liang–Yi (adaptive budgeting) Alg. 8: PIE-k on len_p with distance privatisation), c = 4 rounds, doubling
+    split, reuse_savings = false (Liang–Yi (adaptive budgeting) §5.1: r_i = B/m for every query, so every fresh user gets ρ_i = B/m).
 
-    Round s releases ṽ_s = len_p(x_i) + Z_s/√(2 r_s) (000 Lemma 3.4), r_s = 2^{s−1}/(2^c − 1)·ρ_i; the estimate of
-    a user who ran all c rounds is the inverse-variance mean (000 Fact 6.2)
+    Round s releases ṽ_s = len_p(x_i) + Z_s/√(2 r_s) (Liang–Yi (adaptive budgeting) Lemma 3.4), r_s = 2^{s−1}/(2^c − 1)·ρ_i; the estimate of
+    a user who ran all c rounds is the inverse-variance mean (Liang–Yi (adaptive budgeting) Fact 6.2)
         ȳ = (1/ρ̄) Σ_s r_s ṽ_s,  ρ̄ = Σ_s r_s = ρ_i,  Var = Σ_s r_s²/(2 r_s)/ρ̄² = 1/(2ρ̄)  →  σ² = 1/(2ρ_i).
     (An unweighted mean of the rounds would have variance (1/c²)Σ_s 1/(2 r_s), 1.76× larger here, and the last
     round alone 1/(2 r_c) = 1.875/(2ρ_i): the doubling split makes the three laws differ.)

@@ -1,5 +1,5 @@
-"""At most one count per (user, item) per window — the Δ∞ = 1 that top_k (001 Alg. 3/4, Thm 9/10) and
-window_histogram (001 Alg. 1, Thm 7) are calibrated for (DESIGN.md §3). Both queries dedupe the window's
+"""At most one count per (user, item) per window — the Δ∞ = 1 that top_k (Rogers (unknown-domain) Alg. 3/4, Thm 9/10) and
+window_histogram (Rogers (unknown-domain) Alg. 1, Thm 7) are calibrated for (docs/contract.md §3). Both queries dedupe the window's
 (user, item) pairs (``unique_sorted(pair_keys(...))`` in ``prepare``); without it a user who sends the same item in
 two events (or twice in one event) counts 2 and pays for 2 items, and the mechanisms' thresholds no longer bound
 that user's influence.
@@ -70,7 +70,7 @@ def test_top_k_counts_a_repeated_item_once_per_user(shape):
 @pytest.mark.parametrize("shape", list(REPEATS))
 def test_window_histogram_charges_a_repeated_item_once(shape):
     """Guards window_histogram's per-(user, item) dedupe on the charge. Algorithm "threshold", ε = 0.5, δ = 1e-3,
-    Δ0 = 4: a user with m_u kept items pays ρ = m_u·ε²/2 and δ = m_u·δ/Δ0 (module doc; 001 Thm 7 per count). r sends
+    Δ0 = 4: a user with m_u kept items pays ρ = m_u·ε²/2 and δ = m_u·δ/Δ0 (module doc; Rogers (unknown-domain) Thm 7 per count). r sends
     a twice in window 1 (m_u = 1 ≤ Δ0, so no Δ0 subsetting): ρ = 0.25/2 = 0.125, δ = 10⁻³/4 = 2.5·10⁻⁴. Counting
     the repeat doubles both (0.25, 5·10⁻⁴)."""
     eps, delta, d0 = 0.5, 1e-3, 4

@@ -1,15 +1,15 @@
-"""Known answers and sharp laws for the 000 point queries kde_point (Alg. 7) and knn_point (Alg. 8, PIE-k).
+"""Known answers and sharp laws for the Liang–Yi (adaptive budgeting) point queries kde_point (Alg. 7) and knn_point (Alg. 8, PIE-k).
 
-Every expected value below is worked out here from 000's formulas and the configured numbers, never read from the
+Every expected value below is worked out here from Liang–Yi (adaptive budgeting)'s formulas and the configured numbers, never read from the
 query object (no ``q.B``, no ``q.allocation``):
 
 * Alg. 3 (line 3–4) for query l of m, user's remaining budget B_i, sequence budget B:
       γ_l = ((l − 1)/(m − 1))·(1 − 3/4) + 3/4,        r_i = γ_l·(B_i − ((m − l + 1)/m)·B) + B/m;
-  γ_1 = 3/4, γ_2 = 7/8, γ_3 = 1 for m = 3. On the service's 1e-12 fixed-point grid (DESIGN §3: costs are integers)
+  γ_1 = 3/4, γ_2 = 7/8, γ_3 = 1 for m = 3. On the service's 1e-12 fixed-point grid (contract §3: costs are integers)
   r_i is rounded down (so B_i − r_i keeps the Alg. 3 invariant); the configurations below make it exact.
-* PIE round split (000 §7): even r_{i,j} = r_i/c; doubling r_{i,j} = 2^{j−1}/(2^c − 1)·r_i.
+* PIE round split (Liang–Yi (adaptive budgeting) §7): even r_{i,j} = r_i/c; doubling r_{i,j} = 2^{j−1}/(2^c − 1)·r_i.
 * Alg. 4 line 6 / Alg. 5 line 5: B_i ← B_i − r_{i,j} only for the rounds user i actually runs; eliminated users keep
-  the rest (000 §6.2 after Cor. 6.3, Thm 4.4). DESIGN §3 "Reserve and settle": admit and reserve r_i, settle to
+  the rest (Liang–Yi (adaptive budgeting) §6.2 after Cor. 6.3, Thm 4.4). contract §3 "Reserve and settle": admit and reserve r_i, settle to
   Σ_{s ≤ j_i} r_{i,s} rounded UP to the grid (never below what was executed).
 * units = "m" is the ledger's canonical CGP unit, so the store sees these fixed-point values unchanged.
 """
@@ -40,7 +40,7 @@ class RecordingStore(SharedRecordingStore):
 
 
 def alg3(B_i: int, B: int, l: int, m: int) -> int:
-    """000 Alg. 3 line 4 in exact rationals, rounded down to the grid (independent of the code's integer form)."""
+    """Liang–Yi (adaptive budgeting) Alg. 3 line 4 in exact rationals, rounded down to the grid (independent of the code's integer form)."""
     if m == 1:
         return B_i
     gamma = Fraction(l - 1, m - 1) * (1 - Fraction(3, 4)) + Fraction(3, 4)
@@ -52,19 +52,19 @@ def ceil_frac(x: Fraction) -> int:
 
 
 def round_weights(c: int, split: str) -> list[Fraction]:
-    """000 §7: even r_i/c, or doubling 2^{j−1}/(2^c − 1)·r_i."""
+    """Liang–Yi (adaptive budgeting) §7: even r_i/c, or doubling 2^{j−1}/(2^c − 1)·r_i."""
     if split == "even":
         return [Fraction(1, c)] * c
     return [Fraction(2**j, 2**c - 1) for j in range(c)]
 
 
 def settle_value(r: int, rounds_run: int, c: int, split: str) -> int:
-    """⌈Σ_{s ≤ rounds_run} r_{i,s}⌉ on the grid: executed rounds only, rounded up (DESIGN §3)."""
+    """⌈Σ_{s ≤ rounds_run} r_{i,s}⌉ on the grid: executed rounds only, rounded up (contract §3)."""
     return ceil_frac(r * sum(round_weights(c, split)[:rounds_run]))
 
 
 def check_ledger(store, e, plan, B, m, c, split):
-    """Replay 000 Alg. 3 + PIE settlement by hand for ``plan`` = {user: {window l: rounds run}} and compare every
+    """Replay Liang–Yi (adaptive budgeting) Alg. 3 + PIE settlement by hand for ``plan`` = {user: {window l: rounds run}} and compare every
     reservation, every settle and the store's final spend (window seq = l here). Returns the hand-computed
     (r, charge) per (user, l)."""
     out = {}
@@ -126,7 +126,7 @@ def test_kde_point_reservations_and_settlements_are_the_hand_computed_alg3_value
     l = 3 (γ_3 = 1: r_i = B_i):
         c*: 3.2e14 (pays all); far: 9.6e14 − 8e13 − 1.325e14 = 7.475e14, pays 1.86875e14; late: 3.6e14.
     Totals: c* spend exactly B = 9.6e14, late 9.6e14, far 8e13 + 1.325e14 + 1.86875e14 = 3.99375e14.
-    PrivSav (000 §7.1) = (1/n) Σ (r_i − e_i)/r_i: window 1: (3/4)/4 = 0.1875; windows 2, 3: (3/4)/5 = 0.15."""
+    PrivSav (Liang–Yi (adaptive budgeting) §7.1) = (1/n) Σ (r_i − e_i)/r_i: window 1: (3/4)/4 = 0.1875; windows 2, 3: (3/4)/5 = 0.15."""
     q, e, store, recs = kde_run(estimator)
     B = 960 * GRID
     written = {
@@ -169,7 +169,7 @@ def test_kde_point_doubling_split_settles_the_executed_fraction():
 
 
 def test_kde_point_estimate_is_the_hand_computed_kernel_sum():
-    """000 §6.3 / Alg. 7 line 5, PM1: Ã = (1/n)·(Σ_{G_c} exp(−ȳ_i²/(2b²)) + |S0|·e^{−18}) with ȳ_i ~ N(len_p(x_i),
+    """Liang–Yi (adaptive budgeting) §6.3 / Alg. 7 line 5, PM1: Ã = (1/n)·(Σ_{G_c} exp(−ȳ_i²/(2b²)) + |S0|·e^{−18}) with ȳ_i ~ N(len_p(x_i),
     1/(2ρ_i)) (Fact 6.2). Noise-free value, by hand (b = 100 m; len_p = 0, b, 2b for c0, c1, c2; far ∈ S0; late 3b):
         window 1: (1 + e^{−1/2} + e^{−2} + e^{−18})/4 = 0.4354665…,
         windows 2, 3: (1 + e^{−1/2} + e^{−2} + e^{−9/2} + e^{−18})/5 = 0.3505950….
@@ -190,7 +190,7 @@ def test_kde_point_estimate_is_the_hand_computed_kernel_sum():
 
 
 def test_kde_point_counts_each_s0_user_as_e_minus_18_over_n():
-    """Alg. 7 line 5 (PM1): each user in S0 adds e^{−18}/n (len_p ≥ 6b bound, 000 §6.3.2). One user at p and nine
+    """Alg. 7 line 5 (PM1): each user in S0 adds e^{−18}/n (len_p ≥ 6b bound, Liang–Yi (adaptive budgeting) §6.3.2). One user at p and nine
     at 10⁶ m with b = 10⁴ m (6b = 6·10⁴ m): the nine land in S0 in round 1, so Ã = (exp(−ȳ²/(2b²)) + 9e^{−18})/10
     with ȳ ~ N(0, σ̄²), σ̄ = 1/√(2·1000) m (m = 1: r = B). 1 − exp(−ȳ²/(2b²)) ≤ (8σ̄)²/(2b²) = 1.6e-10 except with
     probability < 1e-14, so |Ã − (1 + 9e^{−18})/10| ≤ 2e-11, while dropping the S0 term moves Ã by 1.37e-8 and
@@ -206,12 +206,12 @@ def test_kde_point_counts_each_s0_user_as_e_minus_18_over_n():
     expected = (1 + 9 * tail) / 10
     assert abs(v["estimate"] - expected) < 2e-11, (v["estimate"], expected)
     assert abs(v["estimate"] - 1 / 10) > 1e-8  # without the S0 term
-    # costs: m = 1 → r = B = 1e15 (000 Alg. 3 with m = 1: r_i = B_i); S0 users pay one even round, 2.5e14
+    # costs: m = 1 → r = B = 1e15 (Liang–Yi (adaptive budgeting) Alg. 3 with m = 1: r_i = B_i); S0 users pay one even round, 2.5e14
     assert store.admits[1]["c"] == store.charged(1, "c") == 1000 * GRID
     assert all(store.charged(1, f"f{i}") == 250 * GRID for i in range(9))
 
 # ============================================================================================== knn_point
-# k = 1, m = 3, B = 3 840 ρ/m² = 3.84e15 grid units, c = 4 even rounds, β = 1e-6 (β0 = β/4, 000 §6.4.2).
+# k = 1, m = 3, B = 3 840 ρ/m² = 3.84e15 grid units, c = 4 even rounds, β = 1e-6 (β0 = β/4, Liang–Yi (adaptive budgeting) §6.4.2).
 #   a at (10, 0) and a2 at (0, 10): len_p = 10 m for both, a tie. Their round-j intervals [ȳ ± h̄] always overlap:
 #   |ȳ_a − ȳ_a2| ~ N(0, 2σ̄²) against 2h̄ = 2λσ̄ with λ = λ(1, β0/(c|G|)) ≥ 5.99, an 8.4-sd event. So |G_j| = 2 > k for
 #   every j, PIE-k (Alg. 5 line 2) runs all c rounds and both pay r_i in full.
@@ -261,8 +261,8 @@ def test_knn_point_per_user_charge_is_the_hand_computed_alg3_value():
 
 
 # ============================================================================ PIE-k round-1 elimination law
-# Two users, k = 1, distance privatisation (000 Cor. 6.2 triple), φ = len_p: A with φ_A = 0, B with φ_B = D.
-# Round 1 (000 Alg. 5 lines 4–7): ṽ_i = φ_i + Z_i/√(2r_1), Z_i iid N(0, 1); ȳ_i(1) = ṽ_i (Fact 6.2 with one
+# Two users, k = 1, distance privatisation (Liang–Yi (adaptive budgeting) Cor. 6.2 triple), φ = len_p: A with φ_A = 0, B with φ_B = D.
+# Round 1 (Liang–Yi (adaptive budgeting) Alg. 5 lines 4–7): ṽ_i = φ_i + Z_i/√(2r_1), Z_i iid N(0, 1); ȳ_i(1) = ṽ_i (Fact 6.2 with one
 # round); both users have the same r_1, so the same half-width h = λ(1, β0/(c·|G_0|))/√(2r_1), |G_0| = 2,
 # λ(1, β) = √(2 log(2/β)) (Lemma 6.1). Line 8: t_1 is the user with the smaller right end ȳ + h, i.e. the smaller
 # ȳ. Line 13 keeps the other user iff the intervals [ȳ ± h] overlap, i.e. |ȳ_B − ȳ_A| ≤ 2h. So B is eliminated in
@@ -284,7 +284,7 @@ def law_round1(D, r1, beta0, c, n=2):
 @pytest.mark.statistical
 @pytest.mark.parametrize("split,c", [("even", 4), ("doubling", 3)])
 def test_pie_k_round_one_elimination_rate_is_the_gaussian_tail(split, c):
-    """knn_pie (000 Alg. 8 → PIE-k with β0 = β/4): exact two-sided binomial test at 1e-6 of the law above, over
+    """knn_pie (Liang–Yi (adaptive budgeting) Alg. 8 → PIE-k with β0 = β/4): exact two-sided binomial test at 1e-6 of the law above, over
     seeded trials, at two distances: D on the threshold (√r_1·D = √2λ, P = 1/2) and one noise sd closer
     (√r_1·D = √2λ − 1, P = Φ̄(1) ≈ 0.159), which pins both the threshold 2h and the noise scale 1/√(2r_1). The same
     counts reject (power) the threshold without the |G_{j−1}| factor (λ(1, β0/c)), β0 = β instead of β/4, and (at
@@ -320,7 +320,7 @@ def test_pie_k_round_one_elimination_rate_is_the_gaussian_tail(split, c):
 @pytest.mark.statistical
 def test_knn_point_round_one_decision_rate_through_the_engine():
     """The same law through the engine: knn_point with reuse_savings = false gives every fresh user r_i = B/m
-    (000 §5.1); each window holds a fresh pair (A at p, B at distance D), k = 1, c = 4 even rounds, β0 = β/4.
+    (Liang–Yi (adaptive budgeting) §5.1); each window holds a fresh pair (A at p, B at distance D), k = 1, c = 4 even rounds, β0 = β/4.
     Round 1 decides (release ``rounds`` = 1, and both users settled to r_i/4) with probability
     Φ̄(√2λ − D√r_1) + Φ(−√2λ − D√r_1). Exact two-sided binomial test at 1e-6; power against λ(1, β0/c)."""
     M, c, beta, rho_i = 1500, 4, 0.1, 2.0

@@ -1,7 +1,7 @@
-"""Query kinds range_counts, kde_point, knn_point (000 Alg. 3 + PIE, CGP) and threshold_count (000 Alg. 9, zCDP)
+"""Query kinds range_counts, kde_point, knn_point (Liang–Yi (adaptive budgeting) Alg. 3 + PIE, CGP) and threshold_count (Liang–Yi (adaptive budgeting) Alg. 9, zCDP)
 end to end through ReleaseEngine + EmbeddedPipeline + MemoryBudgetStore.
 
-Expected reservations (000 Alg. 3), unit conversions, the App. B shift and the BM1 count distribution are recomputed
+Expected reservations (Liang–Yi (adaptive budgeting) Alg. 3), unit conversions, the App. B shift and the BM1 count distribution are recomputed
 here from the formulas, not read from the code under test.
 """
 
@@ -48,7 +48,7 @@ def by_query(records, qid):
 
 
 def alg3(B_i: int, B: int, l: int, m: int) -> int:
-    """000 Alg. 3 line 4 with γ_l = (3(m−1) + (l−1))/(4(m−1)), exact rationals, rounded down; r = B_i at m = 1."""
+    """Liang–Yi (adaptive budgeting) Alg. 3 line 4 with γ_l = (3(m−1) + (l−1))/(4(m−1)), exact rationals, rounded down; r = B_i at m = 1."""
     if m == 1:
         return B_i
     gamma = Fraction(3 * (m - 1) + (l - 1), 4 * (m - 1))

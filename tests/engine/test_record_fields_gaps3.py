@@ -1,4 +1,4 @@
-"""Output record fields across epochs (DESIGN.md §1 "Subscribers": one record per (query, epoch, window), keyed
+"""Output record fields across epochs (docs/contract.md §1 "Subscribers": one record per (query, epoch, window), keyed
 ``query/epoch/window``): with horizon 3, window seq s is window t = (s-1) % 3 + 1 of epoch (s-1) // 3 — so t and seq
 differ from the second epoch on, which a run inside epoch 0 cannot tell apart."""
 

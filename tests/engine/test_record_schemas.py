@@ -1,4 +1,4 @@
-"""The output contract (DESIGN.md §1 "Subscribers"): every registered query kind has a JSON Schema
+"""The output contract (docs/contract.md §1 "Subscribers"): every registered query kind has a JSON Schema
 (``streamdp/schemas/<kind>.schema.json``, draft 2020-12), and every record the service writes for the kind validates
 against it — checked on REAL records, without Kafka: each kind's example configuration (``examples/*.toml``) is run
 through ``streamdp demo`` (the embedded pipeline) and every line of every ``releases/*.jsonl`` is validated.

@@ -5,7 +5,7 @@ threshold), the windows their length and origin. Before this check, a worker res
 over a checkpoint restored the σ = 2 tree (the tree reads σ from its bytes) while pricing each first contribution
 with the configured σ, and a changed window length or lateness was silently ignored (the windows read theirs from
 the snapshot). Hand values as in tests/filter/test_admission_scope.py: horizon L = 8 → 4 levels, C = 1, so a first
-contribution costs ρ = C²·levels/(2σ²): 0.5 at σ = 2, 8 at σ = 0.5 (001 Thm 11, DESIGN §3).
+contribution costs ρ = C²·levels/(2σ²): 0.5 at σ = 2, 8 at σ = 0.5 (Rogers (unknown-domain) Thm 11, contract §3).
 """
 
 from __future__ import annotations

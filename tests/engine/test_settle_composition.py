@@ -1,12 +1,12 @@
-"""Settling a window when queries compose (DESIGN.md §3 "Reserve and settle", "Ledger"; engine.close_window steps 4–5).
+"""Settling a window when queries compose (docs/contract.md §3 "Reserve and settle", "Ledger"; engine.close_window steps 4–5).
 
-A window's admit charges the SUM of every query's reservation (001 Thm 6: zCDP costs add). When one query settles
-to a smaller actual cost (pay-what-you-get top-k, 001 Thm 10), the engine settles the user's WHOLE charge for the
+A window's admit charges the SUM of every query's reservation (Rogers (unknown-domain) Thm 6: zCDP costs add). When one query settles
+to a smaller actual cost (pay-what-you-get top-k, Rogers (unknown-domain) Thm 10), the engine settles the user's WHOLE charge for the
 window: the settled total must still include the queries that do not settle, or their cost is refunded. The
 ledger's realised cost (``realized``: max individual cost and users charged) counts admitted users only — refused
 (HALTed) users are charged nothing.
 
-Known answers are written out by hand from the cost formulas of DESIGN.md §3 / notes 001 (top-k: reserve k·ε²/8,
+Known answers are written out by hand from the cost formulas of docs/contract.md §3 and Rogers (unknown-domain) (top-k: reserve k·ε²/8,
 settle |I|·ε²/8 and δ; the test query ``PresenceCount``: a fixed ρ per user present), never read from the engine.
 """
 
@@ -27,7 +27,7 @@ def test_settle_keeps_costs_of_queries_that_do_not_settle(order):
     settle total was started (the ``elif`` branch of close_window step 4), ``count_first`` replays the count's
     charge, already summed, into it.
 
-    Hand values (DESIGN.md §3 "Top-k", 001 Thm 10; ε = 1, δ = 10⁻³, k = 3): one item "big" held by 200 users is far
+    Hand values (docs/contract.md §3 "Top-k", Rogers (unknown-domain) Thm 10; ε = 1, δ = 10⁻³, k = 3): one item "big" held by 200 users is far
     above the threshold T = 1 + log(k̄/δ)/ε = 1 + log 4000 ≈ 9.3, and no other item exists, so every window returns
     I = [big, ⊥], |I| = 2 < k: each user reserves k·ε²/8 = 3/8 and settles to |I|·ε²/8 = 2/8 = 0.25 (plus δ).
     The count costs ρ = 0.5 and never settles. Per window 0.25 + 0.5 = 0.75; over 3 windows ρ = 3·0.75 = 2.25 and
@@ -56,7 +56,7 @@ def test_ledger_counts_only_admitted_users():
     """Guards: a release's realised cost (record ``realized`` and the stored ledger entry) counts only the users
     the filter admitted — a HALTed user's reservation is not charged and not counted in ``users_charged``.
 
-    Hand values (000 eq. (7): admit iff spent + cost ≤ budget; budget ρ = 1.0, PresenceCount ρ = 0.5 per window):
+    Hand values (Liang–Yi (adaptive budgeting) eq. (7): admit iff spent + cost ≤ budget; budget ρ = 1.0, PresenceCount ρ = 0.5 per window):
     window 1: a, b present, both admitted (0.5 ≤ 1) → 2 charged (positive control: the count is not stuck at 1);
     window 2: a admitted (1.0 ≤ 1) → 1 charged;
     window 3: a, b, c present; a refused and HALTed (1.5 > 1), b admitted (1.0), c admitted (0.5) → 2 charged,

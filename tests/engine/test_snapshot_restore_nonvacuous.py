@@ -1,5 +1,5 @@
 """Engine snapshots restore exactly — with state that is really there (``engine/engine.py``,
-``engine/state_codec.py``, ``mechanisms/binary_tree.py``; DESIGN.md §3 "Atomicity": a restored worker must not
+``engine/state_codec.py``, ``mechanisms/binary_tree.py``; docs/contract.md §3 "Atomicity": a restored worker must not
 redraw noise already drawn).
 
 The mutation audit found the engine-level restore test vacuous (its budget had δ = 0 while every continual-count

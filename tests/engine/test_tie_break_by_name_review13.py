@@ -1,7 +1,7 @@
-"""The top-(k̄+1) cut of 001 Alg. 2/3 (top_k, window_histogram top_kbar) breaks ties among equal counts by item NAME
+"""The top-(k̄+1) cut of Rogers (unknown-domain) Alg. 2/3 (top_k, window_histogram top_kbar) breaks ties among equal counts by item NAME
 (review of 2026-11-23). It broke them by interned id — the order of first appearance of the name in the stream,
 at ingest, before admission — so h_(k̄) depended on other users' data, a HALTED user's dropped events included,
-and on earlier windows' data: Durfee–Rogers' Lemma 5.2 (behind 001 Thm 8/9) assumes a fixed, data-independent
+and on earlier windows' data: Durfee–Rogers' Lemma 5.2 (behind Rogers (unknown-domain) Thm 8/9) assumes a fixed, data-independent
 order, and each such window leaked a δ-level amount that was never charged. Test mode (one seed, same draws) and a
 large δ so the tied boundary item often passes: the releases must be byte-identical whether or not the halted
 user's refused event named "x"."""

@@ -1,4 +1,4 @@
-"""window_histogram (001 Alg. 1 / Thm 7 and Alg. 2 / Thm 8) through the engine with the in-memory store:
+"""window_histogram (Rogers (unknown-domain) Alg. 1 / Thm 7 and Alg. 2 / Thm 8) through the engine with the in-memory store:
 thresholds and costs against the paper's formulas written out here, the released noise's law, the single-holder
 crossing probability δ/Δ0, the Δ0 subset, and a user at budget dropped."""
 
@@ -47,7 +47,7 @@ def test_each_present_user_pays_the_thm7_thm8_cost(algorithm):
             ev("none", 5, []),  # no item: not in the histogram, pays nothing
             ev("late", 15, ["z"])])  # closes window 1
     per_item = (eps**2 / 2, delta / d0)  # ρ, δ per kept item (module doc: Thm 4 / Thm 7 per count)
-    full = (d0 * eps**2 / 2, delta)  # 001 Thm 7 / Thm 8
+    full = (d0 * eps**2 / 2, delta)  # Rogers (unknown-domain) Thm 7 / Thm 8
     for user, m in (("one", 1), ("two", 2), ("four", 2)):
         c = store.get_user(user).spent_cost()
         want = (m * per_item[0], m * per_item[1]) if algorithm == "threshold" else full
@@ -101,7 +101,7 @@ def _chi2_p(obs_err, ks, p):
 @pytest.mark.parametrize("noise", ["gaussian", "laplace"])
 def test_released_count_minus_truth_is_rounded_noise_of_scale_one_over_epsilon(noise):
     """30 items of count 60 (far above T) in each of 40 windows: released − 60 = rint(Z), Z ~ N(0, (1/ε)²) or
-    Lap(1/ε) (001 Alg. 1, Δ∞ = 1); χ² at p = 1e-6 against the exact pmf, and a 25 % larger scale is rejected."""
+    Lap(1/ε) (Rogers (unknown-domain) Alg. 1, Δ∞ = 1); χ² at p = 1e-6 against the exact pmf, and a 25 % larger scale is rejected."""
     eps, n_items, n_users, windows = 0.5, 30, 60, 40
     q = wh(epsilon=eps, delta=1e-3, max_items_per_window=n_items, noise=noise)
     assert q.threshold < 25

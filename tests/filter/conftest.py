@@ -1,6 +1,6 @@
 """Fixtures of the budget-store tests.
 
-* ``make_store`` — one factory parametrised over BOTH stores (DESIGN.md §5: the in-memory store passes the same
+* ``make_store`` — one factory parametrised over BOTH stores (docs/contract.md §5: the in-memory store passes the same
   contract tests as the Redis one, which runs against a real redis-server).
 * ``spawn_redis`` — start extra redis-servers with custom arguments (AOF persistence, AUTH, unix socket, TLS).
 """

@@ -1,4 +1,4 @@
-"""Two engines sharing one budget store each charge their own releases (DESIGN.md §3: every release that reads a
+"""Two engines sharing one budget store each charge their own releases (docs/contract.md §3: every release that reads a
 user's data is charged; a retry of the same release charges nothing).
 
 The store answers a second admit of the same (scope, window) with the first outcome and no charge — the retry
@@ -8,7 +8,7 @@ released their data uncharged. Now the scope names the engine's query set and th
 the Kafka worker, its consumer group and input topic): a replay after a parameter change is other releases.
 
 Hand values: continual_counts with σ = 1 and horizon L = 8 has levels = ⌈log2(9)⌉ = 4, so a user's first
-contribution to an item costs ρ = C²·levels/(2σ²) = 2 and δ = δ_item = 1e-6 (001 Thm 11, DESIGN §3).
+contribution to an item costs ρ = C²·levels/(2σ²) = 2 and δ = δ_item = 1e-6 (Rogers (unknown-domain) Thm 11, contract §3).
 """
 
 from __future__ import annotations

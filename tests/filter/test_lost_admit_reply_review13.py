@@ -3,7 +3,7 @@ RedisBudgetStore._call with the SAME nonce, so the retry is taken for "a later c
 every user is charged a second time (or halted for good when the second charge does not fit).
 
 Contract (store.py, redis_store.py module doc): "a lost reply is harmless: the engine's retry of the same batch gets
-the first answer"; DESIGN §3/§6: "no budget charged twice".
+the first answer"; contract §3/§6: "no budget charged twice".
 """
 import numpy as np
 import redis

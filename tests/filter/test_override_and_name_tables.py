@@ -1,9 +1,9 @@
 """Budget stores: per-user overrides inside a batch that shares one cost vector, and the engine's name tables.
 
 Runs against the in-memory store AND the Redis store on a real redis-server (fixture ``make_store``). Expected
-outcomes are worked out by hand from the filter, 000 Alg. 1 eq. (7): admit iff spent + cost ≤ budget in every
+outcomes are worked out by hand from the filter, Liang–Yi (adaptive budgeting) Alg. 1 eq. (7): admit iff spent + cost ≤ budget in every
 component, with the user's own budget when an override is set (``grant``) and the default otherwise; a refused
-user is HALTed for good (DESIGN.md §3 "Filter").
+user is HALTed for good (docs/contract.md §3 "Filter").
 
 Two shortcuts of the Redis store are guarded here. The admit script memoises a judgement per spent value while a
 cost vector is shared by several users (memo on when m·8 ≤ n, m = distinct cost vectors, n = users in the chunk):

@@ -1,7 +1,7 @@
 """A budget change names the components it sets; the store applies only those, to the values it holds at that
 moment (store review of 2026-11-23, F3): `budget grant u --notion zcdp` wrote back the whole vector it had read
 before, so a concurrent change of u's cgp budget by another operator was undone, and the user was then admitted for
-cgp the newer, lower budget would have refused. Both stores (DESIGN §5: one contract)."""
+cgp the newer, lower budget would have refused. Both stores (contract §5: one contract)."""
 
 import numpy as np
 

@@ -5,7 +5,7 @@ per-value outcomes within a call (memo, switched off when it misses), reads user
 (switching on large hashes), packs cost-vector indices into one string of 1–3 bytes per user, and answers users
 it knows are refused for good (halted, with a refusal state in the scope) without asking Redis. Each is checked
 here at its boundaries against :class:`MemoryBudgetStore` (the reference semantics; outcomes are also recomputed
-from eq. (7) of 000 with Python integers where the test builds the amounts itself).
+from eq. (7) of Liang–Yi (adaptive budgeting) with Python integers where the test builds the amounts itself).
 """
 
 from __future__ import annotations

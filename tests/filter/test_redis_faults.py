@@ -1,4 +1,4 @@
-"""Faults: the real redis-server is killed (SIGKILL) mid-run and restarted (DESIGN.md §6).
+"""Faults: the real redis-server is killed (SIGKILL) mid-run and restarted (docs/contract.md §6).
 
 The server runs with ``--appendonly yes --appendfsync always`` (every write is fsynced before its reply), so its
 data survives the kill. While it is down every store call raises StoreError and nothing is charged; after the

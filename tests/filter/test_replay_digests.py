@@ -2,7 +2,7 @@
 
 The replay answers (same seq: the first outcome; a later seq in the state: admitted) charge nothing, which is sound
 only when the replay asks for the same releases. An admit carrying a digest other than the first one recorded for
-its (scope, seq) is charged as a new batch. Expected spends are written out from eq. (7) of 000 (spent + cost ≤
+its (scope, seq) is charged as a new batch. Expected spends are written out from eq. (7) of Liang–Yi (adaptive budgeting) (spent + cost ≤
 budget, componentwise), never read back from the store under test.
 """
 

@@ -5,7 +5,7 @@ any test failing: the taint of a record whose batch meets an admission at exactl
 made while a later seq is recorded (a batch of users with no state at all), the highest recorded seq surviving a
 reload of the file-backed store, the digest length bounds, the forgetting distance written out as a number, and a
 Redis batch answered wholly from the client's halted cache still recording its digest. Expected spends are worked
-out by hand from eq. (7) of 000 (spent + cost ≤ budget), never read back from the store under test.
+out by hand from eq. (7) of Liang–Yi (adaptive budgeting) (spent + cost ≤ budget), never read back from the store under test.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Contract tests of every budget store (streamdp/filter/store.py module doc; 000 Alg. 1, filter eq. (7)).
+"""Contract tests of every budget store (streamdp/filter/store.py module doc; Liang–Yi (adaptive budgeting) Alg. 1, filter eq. (7)).
 
 Each test runs against the in-memory store AND the Redis store on a real redis-server (fixture ``make_store``).
 Expected outcomes are recomputed here from eq. (7) — admit iff spent + cost ≤ budget in every component — with
@@ -40,7 +40,7 @@ def halted(st, user) -> bool:
 
 def test_random_batches_follow_filter_eq7(make_store):
     """Random budgets, overrides and costs (some components zero, some all-zero rows) over many batches: every
-    outcome and every spent vector equals a plain-integer model of 000 Alg. 1 with filter (7)."""
+    outcome and every spent vector equals a plain-integer model of Liang–Yi (adaptive budgeting) Alg. 1 with filter (7)."""
     rng = unsafe_seeded_generator(7001)
     default = [int(x) for x in rng.integers(0, 60, N_COMPONENTS)]
     st = make_store(default)
@@ -124,7 +124,7 @@ def test_zero_cost_admitted_free(make_store):
     st = make_store(vec(zcdp_rho=10))
     assert st.admit("q", 1, ["a", "b"], Z).tolist() == [True, True]
     assert spent(st, "a") == Z and not halted(st, "a")
-    # even with a zero budget, or after the budget was lowered below what was spent (000 Alg. 1: R = 0 → NULL)
+    # even with a zero budget, or after the budget was lowered below what was spent (Liang–Yi (adaptive budgeting) Alg. 1: R = 0 → NULL)
     st.grant("z", Z)
     assert st.admit("q", 2, ["z"], Z).tolist() == [True]
     assert st.admit("q", 3, ["b"], vec(zcdp_rho=8)).tolist() == [True]

@@ -1,4 +1,4 @@
-"""Event limits at their boundaries, with known answers written by hand (DESIGN.md §6; closes the gaps of the
+"""Event limits at their boundaries, with known answers written by hand (docs/contract.md §6; closes the gaps of the
 event-parsing mutation audit).
 
 Every case goes through the three ways a payload is parsed, and each must give the hand verdict:
@@ -158,7 +158,7 @@ def test_payload_size_boundary(arrow_calls):
 
 
 def test_dead_letters_keep_the_payload_bytes_exactly(arrow_calls):
-    """A dead letter carries the payload as it came, byte for byte (DESIGN.md §6: nothing is lost) — not
+    """A dead letter carries the payload as it came, byte for byte (docs/contract.md §6: nothing is lost) — not
     truncated, not stripped of surrounding whitespace."""
     bad = [
         (_sized(65536, ts=b"-5"), "absurd_ts"),  # 64 KiB, decoded then refused

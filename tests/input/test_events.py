@@ -1,4 +1,4 @@
-"""Bad input (DESIGN.md §6): every malformed event is rejected with a reason; good ones in the same batch go on."""
+"""Bad input (docs/contract.md §6): every malformed event is rejected with a reason; good ones in the same batch go on."""
 
 import math
 

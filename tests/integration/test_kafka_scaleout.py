@@ -1,4 +1,4 @@
-"""Scale-out (DESIGN.md §4): two workers in one consumer group over 4 partitions publish the same releases and
+"""Scale-out (docs/contract.md §4): two workers in one consumer group over 4 partitions publish the same releases and
 charge the same budgets as one worker (test-mode noise), across rebalances mid-stream: a second worker joins (the
 owner keeps the partitions: sticky single-owner assignment, checkpoint on revoke, restore on assign), then the
 owner is killed with SIGKILL and the standby takes over from the Redis checkpoint."""

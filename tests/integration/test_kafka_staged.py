@@ -1,4 +1,4 @@
-"""The staged topology (DESIGN.md §4): ingest workers (stage A, ``--role ingest``) share the input partitions and
+"""The staged topology (docs/contract.md §4): ingest workers (stage A, ``--role ingest``) share the input partitions and
 forward parsed events; one coordinator (``--role coordinator``) releases. It publishes exactly the releases, dead
 letters and budget charges of one ``--role all`` worker on the same input (test-mode noise) — taking over from an
 ``all`` worker killed mid-stream (a deployment switching shape keeps its state), with an ingest

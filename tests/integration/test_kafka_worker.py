@@ -1,4 +1,4 @@
-"""The Kafka worker against a real broker (tansu) and a real redis-server (DESIGN.md §4–6).
+"""The Kafka worker against a real broker (tansu) and a real redis-server (docs/contract.md §4–6).
 
 (a) the worker's releases equal the embedded pipeline's on the same events (test-mode noise, same seed), budgets
     included; (c) malformed events go to the dead-letter topic with their reasons and the worker goes on.
@@ -119,7 +119,7 @@ def _scrape_labelled(port: int, name: str, label: str) -> dict[str, float]:
 
 
 def test_dead_letter_counter_rises_by_reason(tansu, redis_url, topic_prefix, tmp_path, nyc_events):
-    """DESIGN §6: a bad event goes to the dead-letter topic with a reason AND a counter rises —
+    """contract §6: a bad event goes to the dead-letter topic with a reason AND a counter rises —
     streamdp_dead_letters_total{reason} equals the catalogue's reasons exactly (nothing missed, nothing twice)."""
     import time
 

@@ -1,4 +1,4 @@
-"""The output contract (DESIGN.md §1 "Subscribers"): JSON Schemas (draft 2020-12) of every release kind and of the
+"""The output contract (docs/contract.md §1 "Subscribers"): JSON Schemas (draft 2020-12) of every release kind and of the
 dead letter, checked on their own and against real records consumed from the broker."""
 
 from __future__ import annotations

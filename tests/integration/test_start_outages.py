@@ -1,4 +1,4 @@
-"""A worker whose Redis or Kafka is unreachable when it starts (DESIGN.md §6: an unreachable dependency is retried,
+"""A worker whose Redis or Kafka is unreachable when it starts (docs/contract.md §6: an unreachable dependency is retried,
 not a crash; SIGTERM while waiting stops it with exit code 5, nothing consumed or published). Also: the output
 topics the worker creates are compacted (releases are keyed by query/epoch/window; a re-publish repeats the key)."""
 

@@ -1,4 +1,4 @@
-"""(Review of 2026-11-23.) 001 Alg. 2 (TopKbarGaussianHistogram) uses ONE noisy threshold
+"""(Review of 2026-11-23.) Rogers (unknown-domain) Alg. 2 (TopKbarGaussianHistogram) uses ONE noisy threshold
 T̃ = T + c_(k̄+1) + N(0, σ²) shared by all items of the window. The existing tests check the single-item crossing
 rate and the noise law of released counts; this checks the joint pass law of two items (correlated through the
 shared threshold noise): Pr[both], Pr[only 1], Pr[only 2], Pr[none] computed by quadrature from the definition.

@@ -1,8 +1,8 @@
 """The budget the library baselines hand to their noise (test audit of 2026-11-23: knn_baseline, basic_knn and
 basic_convex_hull were only run at budgets of 1e8–1e9, where the noise vanishes, or compared with other estimators
 built on the same noise code). The identity queries and gaussian_mechanism have statistical tests of their own;
-here, by spies, that each baseline passes its ρ (ε) through unchanged and to the right quantity (000 §6.4.1 BM0/BM1;
-003 §5 "Basic")."""
+here, by spies, that each baseline passes its ρ (ε) through unchanged and to the right quantity (Liang–Yi (adaptive budgeting) §6.4.1 BM0/BM1;
+Liang–Yi (CGP) §5 "Basic")."""
 
 import importlib
 
@@ -59,7 +59,7 @@ def test_knn_baseline_noises_the_right_quantity_at_each_users_rho(monkeypatch, p
     res = knn_baseline(rng, x, [0.0, 0.0], 2, rho, privatization=privatization)
     assert res.method == method and len(calls) == 1
     values, r = calls[0]
-    np.testing.assert_array_equal(r, rho)  # ρ_i unchanged, per user (000 §6.4.1: the whole r_i, no savings)
+    np.testing.assert_array_equal(r, rho)  # ρ_i unchanged, per user (Liang–Yi (adaptive budgeting) §6.4.1: the whole r_i, no savings)
     expected = np.array([5.0, 10.0, 1.0, np.sqrt(2.0)]) if privatization == "distance" else x
     np.testing.assert_allclose(values, expected)  # BM1: len_p(x_i); BM0: the points themselves
     np.testing.assert_array_equal(res.executed_rho, rho)

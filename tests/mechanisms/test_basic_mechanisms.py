@@ -1,4 +1,4 @@
-"""Gaussian, Laplace and exponential mechanisms: costs recomputed from 001 Thm 1, 3, 4, 5 and the Thm 7 proof,
+"""Gaussian, Laplace and exponential mechanisms: costs recomputed from Rogers (unknown-domain) Thm 1, 3, 4, 5 and the Thm 7 proof,
 noise laws checked by KS / χ² at p = 1e-6 with fixed seeds."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_gaussian_cost_thm4():
 def test_laplace_cost_per_differing_count_not_l1():
     b, linf, l0 = 2.0, 3.0, 4
     c = laplace_cost(b, linf, l0)
-    assert c.zcdp_rho == pytest.approx(l0 * (linf / b) ** 2 / 2)  # 001 Thm 7 proof: 4.5
+    assert c.zcdp_rho == pytest.approx(l0 * (linf / b) ** 2 / 2)  # Rogers (unknown-domain) Thm 7 proof: 4.5
     l1_route = (l0 * linf / b) ** 2 / 2  # Δ1 = Δ0Δ∞ then Thm 3: 18
     assert c.zcdp_rho < l1_route and l1_route / c.zcdp_rho == pytest.approx(l0)
     assert laplace_pure_epsilon(b, l0 * linf) == pytest.approx(6.0)
@@ -46,10 +46,10 @@ def test_laplace_cost_per_differing_count_not_l1():
 
 
 def test_exponential_and_pure_costs():
-    assert exponential_mechanism_cost(0.8).zcdp_rho == pytest.approx(0.8**2 / 8)  # 001 Thm 5
+    assert exponential_mechanism_cost(0.8).zcdp_rho == pytest.approx(0.8**2 / 8)  # Rogers (unknown-domain) Thm 5
     assert exponential_mechanism_cost(0.8, 5).zcdp_rho == pytest.approx(5 * 0.8**2 / 8)
     assert exponential_mechanism_cost(0.8, 0).is_zero()
-    assert pure_dp_cost(0.8).zcdp_rho == pytest.approx(0.8**2 / 2)  # 001 Thm 3
+    assert pure_dp_cost(0.8).zcdp_rho == pytest.approx(0.8**2 / 2)  # Rogers (unknown-domain) Thm 3
     assert ExponentialMechanism(0.8).cost(3).zcdp_rho == pytest.approx(3 * 0.08)
     with pytest.raises(ValueError, match="selections"):
         exponential_mechanism_cost(1.0, -1)
@@ -87,7 +87,7 @@ def test_exponential_mechanism_selection_law():
     rng = unsafe_seeded_generator(13)
     eps, rs = 1.2, 2.0
     scores = np.array([0.0, 1.0, 2.5, 3.0, 4.0])
-    w = np.exp(eps * scores / rs)  # 001 Thm 2/5: Pr ∝ exp(ε q/Δ(q))
+    w = np.exp(eps * scores / rs)  # Rogers (unknown-domain) Thm 2/5: Pr ∝ exp(ε q/Δ(q))
     m = ExponentialMechanism(eps, rs)
     n = 20_000
     picks = np.array([m.select(rng, scores) for _ in range(n)])

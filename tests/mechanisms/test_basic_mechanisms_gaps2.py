@@ -3,7 +3,7 @@ computed from (Lap(b) for :class:`LaplaceMechanism`, N(0, σ²) for :class:`Gaus
 or Δ2 are. The existing law tests use sensitivity 1, where "b" and "b/Δ∞" (or "σ/Δ2") coincide, so a mechanism
 that divided its scale by the sensitivity — adding less noise than its cost() claims — passed them.
 
-Known answers by hand (001 Thm 4 and the Thm 7 proof): Lap(b = 1.5), Δ∞ = 3, Δ0 = 4 → ρ = 4·(3/1.5)²/2 = 8;
+Known answers by hand (Rogers (unknown-domain) Thm 4 and the Thm 7 proof): Lap(b = 1.5), Δ∞ = 3, Δ0 = 4 → ρ = 4·(3/1.5)²/2 = 8;
 N(0, σ² = 1.5²), Δ2 = 3 → ρ = 3²/(2·1.5²) = 2. KS at p = 1e-6, fixed seeds; the same sample must reject the
 scales b/Δ∞, b/Δ0 (resp. σ/Δ2), so the test can fail.
 """

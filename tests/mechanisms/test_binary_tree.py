@@ -1,4 +1,4 @@
-"""Unknown-domain binary mechanism (001 §4.3 Thm 11, DESIGN.md §3): known-answer parameters recomputed here from
+"""Unknown-domain binary mechanism (Rogers (unknown-domain) §4.3 Thm 11, docs/contract.md §3): known-answer parameters recomputed here from
 the formulas, validation, sticky selection, noise kept (never redrawn), snapshots and range counts.
 Statistical tests of the noise and the Monte Carlo privacy check are in test_binary_tree_stats.py."""
 
@@ -55,7 +55,7 @@ def test_cost_known_answer(sigma, L, delta, C):
 
 
 def test_cost_matches_thm11_with_one_item():
-    # 001 Thm 11: Δ0·⌈log2(L+1)⌉·ε²/2 with σ = 1/ε; one item (Δ0 = 1), C = 1
+    # Rogers (unknown-domain) Thm 11: Δ0·⌈log2(L+1)⌉·ε²/2 with σ = 1/ε; one item (Δ0 = 1), C = 1
     eps, L = 0.3, 365
     assert binary_tree_cost(1 / eps, L, 1e-7).zcdp_rho == pytest.approx(math.ceil(math.log2(L + 1)) * eps**2 / 2)
 

@@ -32,7 +32,7 @@ def test_grid_and_scale_known_answers():
     assert GRID_BITS == 30
     assert granularity(1.0) == 2.0**-30
     assert granularity(1000.0) == 2.0**-21  # 1000 ∈ [2⁹, 2¹⁰): 2^(9 − 30)
-    assert granularity(1 / math.sqrt(2 * 5e-8)) == 2.0**-19  # 003's smallest ρ per m²: σ = 3162 m ∈ [2¹¹, 2¹²)
+    assert granularity(1 / math.sqrt(2 * 5e-8)) == 2.0**-19  # Liang–Yi (CGP)'s smallest ρ per m²: σ = 3162 m ∈ [2¹¹, 2¹²)
     assert granularity(0.75) == 2.0**-31  # 0.75 ∈ [2⁻¹, 1)
     for sigma in (1e-6, 0.3, 1.0, 1000.0, 3.3e7, 2.0**40, 1e200, 2.0**-960, 2.0**960):
         g = granularity(sigma)

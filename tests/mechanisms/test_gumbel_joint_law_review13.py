@@ -1,4 +1,4 @@
-"""(Review of 2026-11-23.) the FULL output law of 001 Alg. 3 (UnknownDomainGumbel),
+"""(Review of 2026-11-23.) the FULL output law of Rogers (unknown-domain) Alg. 3 (UnknownDomainGumbel),
 threshold binding, ⊥ included.
 
 All noises (T̃'s and the items') are i.i.d. Gumbel(β), so the order of the noisy scores {c_i + G_i} ∪ {T + c_(k̄+1)

@@ -1,4 +1,4 @@
-"""001 Alg. 4 / Thm 10, pay-what-you-get: k(i) = min(k, k* − used), ⊥ counts, stops for good after k* items,
+"""Rogers (unknown-domain) Alg. 4 / Thm 10, pay-what-you-get: k(i) = min(k, k* − used), ⊥ counts, stops for good after k* items,
 costs recomputed from the theorem, state round trip, and a Monte Carlo check of the ℓ*·δ term."""
 
 from __future__ import annotations

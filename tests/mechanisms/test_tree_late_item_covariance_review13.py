@@ -1,5 +1,5 @@
 """(Review of 2026-11-23.) the JOINT law over time of the running-count noise of an item
-that first appears at a later window T (001 §4.3: "fresh noise to each prior partial sum for the new item", drawn
+that first appears at a later window T (Rogers (unknown-domain) §4.3: "fresh noise to each prior partial sum for the new item", drawn
 once and kept). The existing tests check the marginal law at each t and that stored values are never redrawn; this
 checks the whole covariance matrix across t = T..L, which catches a past node drawn for the wrong level, a node
 re-used across levels, or nodes of the late item shared with (or correlated to) an early item's nodes.

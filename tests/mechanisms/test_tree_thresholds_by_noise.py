@@ -1,5 +1,5 @@
 """The binary-tree selection threshold T by noise kind, as continual_counts publishes it, and the δ_item/L < 1/2
-boundary (001 §4.3 Thm 11; DESIGN.md §3 "Continual counts" and "Noise"; binary_tree.py module doc).
+boundary (Rogers (unknown-domain) §4.3 Thm 11; docs/contract.md §3 "Continual counts" and "Noise"; binary_tree.py module doc).
 
     gaussian:           T = C + σ·√P·Φ⁻¹(1 − δ_item/L)
     discrete_gaussian:  T = C + σ·√(2·P·ln(L/δ_item))       (σ²-sub-Gaussian sum of ≤ P nodes)

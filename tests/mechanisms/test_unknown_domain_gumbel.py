@@ -1,4 +1,4 @@
-"""001 Alg. 3 (Thm 9), unknown-domain Gumbel top-k: threshold and costs recomputed from the theorem, ⊥ handling,
+"""Rogers (unknown-domain) Alg. 3 (Thm 9), unknown-domain Gumbel top-k: threshold and costs recomputed from the theorem, ⊥ handling,
 ranked output without counts, the peeling law of the order (χ² against exact exponential-mechanism
 probabilities), and a Monte Carlo check that a count held by a single user crosses T̃ with probability ≤ δ."""
 

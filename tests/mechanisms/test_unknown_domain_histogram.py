@@ -1,4 +1,4 @@
-"""001 Alg. 1 (Thm 7, Laplace and Gaussian noise) and Alg. 2 (Thm 8): thresholds and costs recomputed from the
+"""Rogers (unknown-domain) Alg. 1 (Thm 7, Laplace and Gaussian noise) and Alg. 2 (Thm 8): thresholds and costs recomputed from the
 theorems, noise laws, top-k̄ selection, and Monte Carlo checks that a count held by a single user crosses the
 threshold with probability ≤ δ (binomial tests at p = 1e-6, sized so that a 2× violation is caught)."""
 
@@ -177,7 +177,7 @@ def test_alg2_only_top_kbar_released():
 @pytest.mark.statistical
 def test_alg2_single_user_item_crosses_noisy_threshold_with_prob_delta():
     """h' = {a: 50, b: 40}, h adds one user's new item of count Δ∞; k̄ = 3 so c_(k̄+1) = 0 in both:
-    Pr[released] = Pr[N(0, 2σ²) > T − Δ∞] = δ/Δ0 (001 Thm 8 proof)."""
+    Pr[released] = Pr[N(0, 2σ²) > T − Δ∞] = δ/Δ0 (Rogers (unknown-domain) Thm 8 proof)."""
     rng = unsafe_seeded_generator(7)
     eps, delta, linf = 1.0, 0.1, 2.0
     m = TopKbarGaussianHistogram(eps, delta, kbar=3, l0_sensitivity=1, linf_sensitivity=linf)

@@ -51,6 +51,6 @@ def test_unsafe_seeded_generator_is_reproducible():
     ],
 )
 def test_samplers_are_reproducible_under_a_test_seed(draw):
-    # Test mode must give identical noise for identical seeds (two workers vs one, DESIGN.md §4).
+    # Test mode must give identical noise for identical seeds (two workers vs one, docs/contract.md §4).
     assert np.array_equal(draw(unsafe_seeded_generator(5)), draw(unsafe_seeded_generator(5)))
     assert not np.array_equal(draw(unsafe_seeded_generator(5)), draw(unsafe_seeded_generator(6)))

@@ -1,9 +1,9 @@
-"""Vector samplers: planar Laplace (003 Lemma 2.6 / App. A), K-norm ℓ2-ball noise (004 PrivEMDLinear), uniform
+"""Vector samplers: planar Laplace (Liang–Yi (CGP) Lemma 2.6 / App. A), K-norm ℓ2-ball noise (Imola et al. (EMD) PrivEMDLinear), uniform
 sphere and ball. KS at p = 1e-6 with fixed seeds on the radial law and on the direction, moments, power checks.
 
 Reference laws (written here from their definitions):
-* planar Laplace, density ∝ e^{−ε‖z‖} on ℝ²: radius CDF 1 − (1 + εr)e^{−εr} (003 proof of Lemma 4.5;
-  Gamma(2, 1/ε), App. A), angle uniform on [0, 2π); E‖z‖ = 2/ε (003 Cor. A.1 with d = 2);
+* planar Laplace, density ∝ e^{−ε‖z‖} on ℝ²: radius CDF 1 − (1 + εr)e^{−εr} (Liang–Yi (CGP) proof of Lemma 4.5;
+  Gamma(2, 1/ε), App. A), angle uniform on [0, 2π); E‖z‖ = 2/ε (Liang–Yi (CGP) Cor. A.1 with d = 2);
 * density ∝ e^{−‖z‖/s} on ℝ^d: norm ~ Gamma(shape d, scale s) (polar coordinates: r^{d−1}e^{−r/s}), direction
   uniform; for d = 1 this is Laplace(s);
 * uniform point on S^{d−1}: (x₁ + 1)/2 ~ Beta((d−1)/2, (d−1)/2) (d = 3: x₁ ~ U[−1, 1], Archimedes);
@@ -103,7 +103,7 @@ def test_knorm_gamma_ball_d1_is_laplace():
 @pytest.mark.statistical
 @pytest.mark.parametrize("d", [2, 5])
 def test_knorm_gamma_ball_norm_check_rejects_gamma_d_plus_1(d):
-    # Power check, and the pitfall of notes/004 ("never mix"): the norm is NOT Gamma(d+1).
+    # Power check, and the pitfall noted in the implementation notes on Imola et al. (EMD) ("never mix"): the norm is NOT Gamma(d+1).
     z = samplers.knorm_gamma_ball(unsafe_seeded_generator(340 + d), d, 1.0, N)
     assert ks_pvalue(np.linalg.norm(z, axis=1), stats.gamma(a=d + 1, scale=1.0).cdf) < P_MIN
 

@@ -1,4 +1,4 @@
-"""Absurd timestamps inside the accepted range (DESIGN.md §6), before any watermark exists: one event years ahead
+"""Absurd timestamps inside the accepted range (docs/contract.md §6), before any watermark exists: one event years ahead
 (or decades behind) in the FIRST batch must be dead-lettered, not set the watermark (every window up to it due at
 once, every later event late). Both ingestion paths: the embedded engine and the Kafka worker's canonical stage.
 (The origin is always configured since 2026-11-23: one derived from the first event leaked that event's time.)"""

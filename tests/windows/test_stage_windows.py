@@ -1,5 +1,5 @@
 """The Kafka worker's canonical stage closes windows by the same float boundaries as the engine
-(``streamdp/adapters/kafka/ordering.py``: ``CanonicalStage.due_until`` / ``release``; DESIGN.md §2), without a broker.
+(``streamdp/adapters/kafka/ordering.py``: ``CanonicalStage.due_until`` / ``release``; docs/contract.md §2), without a broker.
 
 Window t is ``[origin + (t−1)·length, origin + t·length)`` in floats (the expected values here are that definition
 written out). The stage holds events per window and steps the engine's watermark to each window's end: a watermark
@@ -27,7 +27,7 @@ from window_helpers import EventTimes
 
 
 def end(origin: float, length: float, t):
-    """The end of window t by definition (DESIGN.md §2), in floats: origin + t·length."""
+    """The end of window t by definition (docs/contract.md §2), in floats: origin + t·length."""
     return origin + t * length
 
 

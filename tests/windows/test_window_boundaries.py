@@ -1,4 +1,4 @@
-"""Window boundaries in floats (``streamdp/windows/tumbling.py``, DESIGN.md §2), and the watermark rules the mutation
+"""Window boundaries in floats (``streamdp/windows/tumbling.py``, docs/contract.md §2), and the watermark rules the mutation
 audit of state found untested.
 
 Window t is ``[origin + (t−1)·length, origin + t·length)``, and those float values (what :meth:`bounds` returns) ARE
@@ -36,7 +36,7 @@ TS = np.concatenate([np.arange(1, 3001), [10_000, 99_999, 1_000_000]]).astype(np
 
 
 def end(origin: float, length: float, t):
-    """The end of window t by definition (DESIGN.md §2), in floats: origin + t·length."""
+    """The end of window t by definition (docs/contract.md §2), in floats: origin + t·length."""
     return origin + t * length
 
 
@@ -183,7 +183,7 @@ def test_before_the_configured_origin_is_dead_lettered():
 
 
 def test_the_watermark_never_moves_back():
-    """Lateness 2: after an event at 45 the watermark is 43; an older event (30) leaves it at 43 (DESIGN.md §2:
+    """Lateness 2: after an event at 45 the watermark is 43; an older event (30) leaves it at 43 (docs/contract.md §2:
     the MAXIMUM event time seen minus the lateness), and windows 1…4 (ends 10…40) are due, not just 1 and 2."""
     w = TumblingWindows(10.0, origin=0.0, allowed_lateness=2.0)
     w.observe(45.0)

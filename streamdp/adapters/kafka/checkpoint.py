@@ -1,4 +1,4 @@
-"""Crash-safe worker checkpoints in Redis (DESIGN.md §3 "Atomicity", §6 "A killed worker resumes …").
+"""Crash-safe worker checkpoints in Redis (docs/contract.md §3 "Atomicity", §6 "A killed worker resumes …").
 
 One checkpoint = ONE Lua script call (Redis runs it atomically) that writes, together:
 

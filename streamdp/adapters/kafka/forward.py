@@ -1,6 +1,6 @@
 """The forward record: stage A's parsed events of one input partition, as the coordinator consumes them.
 
-DESIGN.md §4's staged topology: stage A (``streamdp run --role ingest``, any number of workers in one consumer
+docs/contract.md §4's staged topology: stage A (``streamdp run --role ingest``, any number of workers in one consumer
 group, user-keyed input partitions) fetches, parses and validates — malformed events go to the dead-letter topic
 there — and forwards each fetched run of one input partition as ONE record of the internal topic
 ``<internal_prefix>parsed``, on the partition with the input partition's number. The coordinator (stage C) consumes

@@ -1,4 +1,4 @@
-"""Stage A of the staged topology (DESIGN.md §4): ``streamdp run --role ingest``.
+"""Stage A of the staged topology (docs/contract.md §4): ``streamdp run --role ingest``.
 
 Any number of ingest workers share the input topic's partitions in the consumer group ``<group_id>.ingest``
 (Kafka's ordinary assignment: the load is spread). Each one loops:
@@ -120,9 +120,11 @@ class IngestWorker:
             log.error("stopping while Kafka is unreachable at start; nothing was forwarded",
                       extra={"worker": self.worker_id})
             return EXIT_STOPPED_IN_OUTAGE
+        self.metrics.set_ready()
         try:
             await self._loop()
         finally:
+            self.metrics.set_ready("stopping")
             await self.stop()
             log.info("ingest worker stopped", extra={"worker": self.worker_id, "forwarded": self.forwarded_events})
         return 0
@@ -136,9 +138,12 @@ class IngestWorker:
                 batch = await self.consumer.getmany(timeout_ms=o.poll_ms, max_records=o.batch_max_records)
             except KafkaError as e:
                 log.warning("fetch failed; retrying", extra={"error": str(e)})
+                self.metrics.set_ready(f"outage: Kafka fetch failed ({type(e).__name__})")
                 await asyncio.sleep(1.0)
                 continue
             gen = self.generation  # no await since getmany returned
+            self.metrics.set_ready()
+            await self.metrics.export_lag(self.consumer, o.input_topic)  # a rebalance meanwhile: gen says so
             if not any(batch.values()):
                 if (o.drain_idle is not None and time.monotonic() - self._last_input >= o.drain_idle
                         and await all_read_to_end(self.consumer, o.input_topic)):

@@ -4,11 +4,11 @@ The release engine interns user and item names in the order it first sees them, 
 subset of contribution bounding, the noise of new tree nodes) follow those ids. A worker consuming several
 partitions sees them interleaved by fetch timing, so feeding the engine straight from ``getmany`` would make the
 (deterministic-test-mode) releases depend on timing, on the number of workers and on where a crash happened —
-and "results with two workers must equal results with one" (DESIGN.md §4) would not hold.
+and "results with two workers must equal results with one" (docs/contract.md §4) would not hold.
 
 :class:`CanonicalStage` therefore holds parsed events back, per window and per Kafka partition, and hands a window
 to the engine only when it is due, in the order (window, partition, offset): a function of the topic's contents
-alone. The watermark (DESIGN.md §2) is computed here from the Kafka partitions (max event time per partition minus
+alone. The watermark (docs/contract.md §2) is computed here from the Kafka partitions (max event time per partition minus
 the allowed lateness, minimum over the partitions the worker holds; a partition that has not delivered an event
 yet holds it back, like a silent one, until ``idle_timeout``); the engine is then stepped window by window:
 its watermark is advanced to the window's end and :meth:`ReleaseEngine.close_due` closes exactly that window.
@@ -154,7 +154,7 @@ class PartitionWatermarks:
     """Watermark over Kafka partitions: min over held partitions of (max event time − allowed lateness).
 
     A registered partition that has not delivered an event holds the watermark at −∞; a partition silent for more
-    than ``idle_timeout`` seconds of wall clock stops holding it (DESIGN.md §2).
+    than ``idle_timeout`` seconds of wall clock stops holding it (docs/contract.md §2).
     """
 
     def __init__(self, allowed_lateness: float = 0.0, idle_timeout: float | None = None) -> None:

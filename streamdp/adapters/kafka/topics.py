@@ -96,7 +96,7 @@ async def start_retrying(start, stop, stopping: asyncio.Event, *, first_delay: f
                          max_delay: float = 10.0) -> bool:
     """``await start()``; while Kafka cannot be reached (any ``KafkaError`` or ``OSError``: no broker, a
     metadata timeout, a refused connection), ``await stop()`` the half-started clients and try again after a
-    backoff (0.5 s doubling to 10 s) — DESIGN.md §6: an unreachable dependency is retried, not a crash.
+    backoff (0.5 s doubling to 10 s) — docs/contract.md §6: an unreachable dependency is retried, not a crash.
     Returns False when ``stopping`` is set meanwhile (nothing was consumed, charged or published). Any other
     error stops the half-started clients too and is raised — a topic layout that refuses the start as a
     :class:`TopicSetupError` (one line, exit 2 in ``streamdp run``)."""

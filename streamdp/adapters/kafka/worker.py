@@ -1,4 +1,4 @@
-"""The Kafka worker: consume → parse → canonical stage → release engine → checkpoint → publish (DESIGN.md §4–6).
+"""The Kafka worker: consume → parse → canonical stage → release engine → checkpoint → publish (docs/contract.md §4–6).
 
 The Kafka twin of :class:`streamdp.engine.pipeline.EmbeddedPipeline`, in two concurrent parts:
 
@@ -36,7 +36,7 @@ checkpointed offsets. SIGTERM finishes the current step, checkpoints and exits 0
 Scale-out: workers of one consumer group use :class:`~streamdp.adapters.kafka.assignor.SingleOwnerAssignor` —
 one active owner of all input partitions, the others standby; hand-over through the checkpoint.
 
-Roles: ``all`` (the above, on the input topic) or ``coordinator`` — DESIGN §4's staged topology, where stage A
+Roles: ``all`` (the above, on the input topic) or ``coordinator`` — contract §4's staged topology, where stage A
 (:mod:`~streamdp.adapters.kafka.ingest`) parses and dead-letters, and this worker consumes its forward records
 (:mod:`~streamdp.adapters.kafka.forward`) from the internal topic instead of raw JSON, exactly once by input offset.
 Both roles share ONE checkpoint per (group_id, input topic): its offsets are input offsets either way.
@@ -348,12 +348,15 @@ class KafkaWorker:
             log.error("stopping while Kafka is unreachable at start; nothing was consumed or published",
                       extra={"worker": self.worker_id})
             return EXIT_STOPPED_IN_OUTAGE
+        if self.exit_code == 0:
+            self.metrics.set_ready()
         try:
             await self._loop()
             async with self.lock:
                 if self.engine is not None and self.exit_code == 0:
                     await self._safe(self._final_checkpoint)
         finally:
+            self.metrics.set_ready("stopping")
             await self.stop()
             log.info("worker stopped", extra={"worker": self.worker_id, "exit_code": self.exit_code,
                                               "windows_closed": self.closed_windows})
@@ -506,10 +509,14 @@ class KafkaWorker:
                 batch = await self.consumer.getmany(timeout_ms=o.poll_ms, max_records=o.batch_max_records)
             except KafkaError as e:
                 log.warning("fetch failed; retrying", extra={"error": str(e)})
+                self.metrics.set_ready(f"outage: Kafka fetch failed ({type(e).__name__})")
                 await asyncio.sleep(1.0)
                 continue
             # no await since getmany drained its buffers: these records follow the positions of this generation
             gen = self.generation
+            if self._failures == 0:
+                self.metrics.set_ready()
+            await self.metrics.export_lag(self.consumer, self.source_topic)  # the records keep gen, taken above
             if not any(batch.values()):
                 if self.align is not None:
                     self._align([])  # idle partitions leave the frontier: the paused ones may resume
@@ -589,11 +596,14 @@ class KafkaWorker:
         try:
             try:
                 await fn(*args)
+                if self._failures:
+                    self.metrics.set_ready()
                 self._failures = 0
                 return True
             except (StoreError, KafkaError, ConnectionError, asyncio.TimeoutError) as e:
                 log.error("step failed; restoring the last checkpoint", extra={"error": str(e),
                                                                                "error_type": type(e).__name__})
+                self.metrics.set_ready(f"outage: {type(e).__name__}")
                 self.metrics.recoveries.inc()
                 await self._recover()
                 # a failure that persists after the restore (e.g. a server-side error on one key) must not spin:
@@ -694,12 +704,15 @@ class KafkaWorker:
                     self.exit_code = EXIT_STOPPED_IN_OUTAGE
                     return
                 log.warning("restore failed; retrying", extra={"error": str(e), "retry_in": delay})
+                self.metrics.set_ready(f"outage: restore failed ({type(e).__name__})")
                 try:  # a SIGTERM ends the wait
                     await asyncio.wait_for(self.stopping.wait(), delay)
                 except asyncio.TimeoutError:
                     pass
                 delay = min(delay * 2, 10.0)
         self.metrics.owner.set(1)
+        if self._failures == 0:
+            self.metrics.set_ready()
         log.info("owner: restored checkpoint", extra={"worker": self.worker_id, "version": ck.version,
                                                       "partitions": sorted(self.owned), "offsets": ck.offsets,
                                                       "last_closed": self.engine.windows.last_closed})
@@ -731,7 +744,7 @@ class KafkaWorker:
         (:meth:`_checkpoint_and_publish`), so a checkpoint behind them is one the store lost after acknowledging it
         (AOF ``everysec``, a failover to a lagging replica, a restored backup). Its release log rolled back with it,
         so nothing else would notice; resuming would publish the windows after it again with fresh noise (the noise
-        key changes at every checkpoint): the averaging attack DESIGN §3 forbids (store review of 2026-11-23, F1).
+        key changes at every checkpoint): the averaging attack contract §3 forbids (store review of 2026-11-23, F1).
         Only partitions the checkpoint has an offset for are judged: one without (never read since an
         ``--allow-empty-store`` start, or a coordinator's internal partitions after an ``all`` period, whose
         checkpoints carry no internal offsets) says nothing about a loss, and the worker reads it as before."""

@@ -1,10 +1,10 @@
-"""Adaptive point queries of 000 as query kinds: KDE at a point (Alg. 7), k nearest users (Alg. 8), threshold (Alg. 9).
+"""Adaptive point queries of Liang–Yi (adaptive budgeting) as query kinds: KDE at a point (Alg. 7), k nearest users (Alg. 8), threshold (Alg. 9).
 
 * ``kde_point`` (:class:`KDEPoint`) and ``knn_point`` (:class:`KNNPoint`) follow ``range_counts`` exactly
   (:class:`~streamdp.engine.queries.range_counts.SequentialAdaptiveQuery`): m public points bound to windows,
-  one per window, a per-user CGP budget B for the sequence allocated by 000 Alg. 3, reserve r_i and settle to the
+  one per window, a per-user CGP budget B for the sequence allocated by Liang–Yi (adaptive budgeting) Alg. 3, reserve r_i and settle to the
   executed PIE rounds, local model.
-* ``threshold_count`` (:class:`ThresholdCount`) is the central-model threshold query of 000 App. C (Alg. 9) on a
+* ``threshold_count`` (:class:`ThresholdCount`) is the central-model threshold query of Liang–Yi (adaptive budgeting) App. C (Alg. 9) on a
   count of users, in zCDP. Alg. 3 does not apply there: one Gaussian noise on the count must be calibrated to ONE
   ρ for all users, so per-user budgets cannot differ; each query has its own ρ, and what a query saves (rounds not
   run) is returned to the users' global zCDP budgets by the settle step.
@@ -67,11 +67,11 @@ class _PointQueries(SequentialAdaptiveQuery):
 
 
 class KDEPoint(_PointQueries):
-    """Kind ``kde_point``: f(p_l, b) = (1/n) Σ_i exp(−‖x_i − p_l‖²/(2b²)) over the located users (000 §6.3).
+    """Kind ``kde_point``: f(p_l, b) = (1/n) Σ_i exp(−‖x_i − p_l‖²/(2b²)) over the located users (Liang–Yi (adaptive budgeting) §6.3).
 
-    ``pm0`` / ``pm1``: 000 Alg. 7 (PIE-NI on len_p, ν_low = −∞, ν_high = 6b, β0 = β/4; users confidently
+    ``pm0`` / ``pm1``: Liang–Yi (adaptive budgeting) Alg. 7 (PIE-NI on len_p, ν_low = −∞, ν_high = 6b, β0 = β/4; users confidently
     farther than 6b stop paying); ``bm0`` / ``bm1``: one Gaussian release with the whole r_i. Costs:
-    ``kde_pie_cost`` / ``kde_baseline_cost`` of the executed ρ_i (CGP; 000 Alg. 4, Thm 4.4, Lemma 3.4).
+    ``kde_pie_cost`` / ``kde_baseline_cost`` of the executed ρ_i (CGP; Liang–Yi (adaptive budgeting) Alg. 4, Thm 4.4, Lemma 3.4).
     """
 
     kind = "kde_point"
@@ -112,11 +112,11 @@ class KDEPoint(_PointQueries):
 
 
 class KNNPoint(_PointQueries):
-    """Kind ``knn_point``: the k located users nearest to p_l (000 §6.4), published as their private distances.
+    """Kind ``knn_point``: the k located users nearest to p_l (Liang–Yi (adaptive budgeting) §6.4), published as their private distances.
 
-    ``pm1`` / ``pm0``: 000 Alg. 8 — PIE-k (000 Alg. 5) on len_p with β0 = β/4 keeps the users whose confidence
+    ``pm1`` / ``pm0``: Liang–Yi (adaptive budgeting) Alg. 8 — PIE-k (Liang–Yi (adaptive budgeting) Alg. 5) on len_p with β0 = β/4 keeps the users whose confidence
     interval overlaps the k-th smallest; the k smallest of ȳ_i (pm1) or ‖x̄_i − p‖ (pm0) over the survivors are
-    selected. ``bm1`` / ``bm0``: the k smallest of one release with the whole r_i (000 §6.4.1). Released: those k
+    selected. ``bm1`` / ``bm0``: the k smallest of one release with the whole r_i (Liang–Yi (adaptive budgeting) §6.4.1). Released: those k
     estimates, ascending, with the std 1/√(2ρ̄_i) of the Gaussian behind each (post-processing; unbiased per user,
     but the k smallest of many noisy values are biased low, and may be negative). Costs: ``knn_pie_cost`` / ``knn_baseline_cost`` of the executed ρ_i.
     With n ≤ k located users nothing is released about locations and nobody pays (``distances`` is empty).
@@ -154,7 +154,7 @@ class KNNPoint(_PointQueries):
         if self.algorithm == "pie":
             triple = point_triple(xy, len_p) if self.privatization == "point" else distance_triple(len_p(xy))
             res = pie_k(rng, triple, split_rounds(rho, self.rounds, self.split), k=self.k,
-                        beta0=BETA0_FRACTION * self.beta)  # 000 Alg. 8 line 1
+                        beta0=BETA0_FRACTION * self.beta)  # Liang–Yi (adaptive budgeting) Alg. 8 line 1
             cand = np.flatnonzero(res.survivors)
             # ‖x̄_i − p‖ (Lemma 6.6) or ȳ_i (Lemma 6.7) from the inverse-variance means (Fact 6.2)
             score = len_p(res.mean[cand]) if self.privatization == "point" else res.mean[cand, 0]
@@ -163,7 +163,7 @@ class KNNPoint(_PointQueries):
         else:
             cand = np.arange(n)
             if self.privatization == "point":
-                score = len_p(gaussian_mechanism(rng, xy, rho))  # ρ_i-CGP (000 Lemma 3.4)
+                score = len_p(gaussian_mechanism(rng, xy, rho))  # ρ_i-CGP (Liang–Yi (adaptive budgeting) Lemma 3.4)
             else:
                 score = gaussian_mechanism(rng, len_p(xy), rho)  # len_p is 1-Lipschitz: ρ_i-CGP
             executed, eliminated, rounds = rho.copy(), 0, 1
@@ -185,14 +185,14 @@ class KNNPoint(_PointQueries):
 class ThresholdCount(WindowQuery):
     """Kind ``threshold_count``: at window θ_l, is the number |H| of users with item I_l in the window < T_l?
 
-    000 App. C, Alg. 9, central model: PIE-NI on the single count |H| (sensitivity 1 in one user's presence) with
+    Liang–Yi (adaptive budgeting) App. C, Alg. 9, central model: PIE-NI on the single count |H| (sensitivity 1 in one user's presence) with
     the distance triple, ν_low = ν_high = T_l, round budgets split from ``rho``; answer Yes iff the count was
-    eliminated into S1 (confidently < T, the S0/S1 fix of notes/000.md), else iff ȳ < T after c rounds. The
+    eliminated into S1 (confidently < T, the S0/S1 fix of implementation notes on Liang–Yi (adaptive budgeting)), else iff ȳ < T after c rounds. The
     threshold is an absolute count T (the paper's qN with N public; the number of present users is not public
     under user-level zCDP).
 
     Cost (``threshold_cost``): every user with an event in the window reserves ρ (zCDP, δ = 0) and is settled
-    to the executed rounds Σ_{s ≤ ĵ} ρ_s (Bun–Steinke Prop. 1.6 per round, composed inside the filter, 000
+    to the executed rounds Σ_{s ≤ ĵ} ρ_s (Bun–Steinke Prop. 1.6 per round, composed inside the filter, Liang–Yi (adaptive budgeting)
     Thm 4.4) — users without the item too, although |H| does not depend on them: whom a release charges must
     not depend on the private count (the operator's ledger and the budget CLI would reveal |H| exactly).
     """
@@ -266,7 +266,7 @@ class ThresholdCount(WindowQuery):
         users = res.users[admitted[res.users]] if res.users.size else res.users
         count = int(self._counted(w, users, self.items_[l - 1], items).size)
         T = self.thresholds[l - 1]
-        # 000 Alg. 9: PIE-NI on G_0 = {the count}, distance triple, ν_low = ν_high = T
+        # Liang–Yi (adaptive budgeting) Alg. 9: PIE-NI on G_0 = {the count}, distance triple, ν_low = ν_high = T
         out = pie_ni(rng, distance_triple(np.array([float(count)])), self._round_rho, beta0=self.beta0,
                      nu_low=T, nu_high=T)
         eliminated = not bool(out.survivors[0])

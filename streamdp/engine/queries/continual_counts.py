@@ -1,4 +1,4 @@
-"""Continual counts over an unknown domain, user level (001 §4.3 Thm 11 + DESIGN.md §3).
+"""Continual counts over an unknown domain, user level (Rogers (unknown-domain) §4.3 Thm 11 + docs/contract.md §3).
 
 Per window: contribution bounding (≤ Δ0 distinct items per user per window, ≤ C per (user, item) over the horizon),
 then the unknown-domain binary-mechanism tree over items. Cost per user per window:
@@ -66,7 +66,7 @@ class ContinualCounts(WindowQuery):
                                private=b)
         starts = np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))
         n_first = np.add.reduceat(b.first.astype(np.int64), starts)
-        # DESIGN §3 (001 Thm 11 at user level): each first contribution to an item's tree in this epoch costs
+        # contract §3 (Rogers (unknown-domain) Thm 11 at user level): each first contribution to an item's tree in this epoch costs
         # ρ = C²·levels/(2σ²) and δ_item; a user pays n_first of them (≤ Δ0, the bounder's cap)
         costs = n_first[:, None] * self.item_cost_fixed[None, :]
         return Reservation(users=u[starts], costs=costs.astype(np.int64, copy=False), private=b)
@@ -114,7 +114,7 @@ class ContinualCounts(WindowQuery):
 
     def range_count(self, item_names: list[str], s: int, t: int, items: Names) -> dict[str, int]:
         """Noisy count of selected items over windows s..t of the current epoch, from the stored tree nodes — free
-        post-processing (001 §4.3; needs ``keep_history``). Unselected or unknown items are refused: their noisy
+        post-processing (Rogers (unknown-domain) §4.3; needs ``keep_history``). Unselected or unknown items are refused: their noisy
         counts were never published and must not be."""
         unknown = [n for n in item_names if n not in items.index]
         if unknown:

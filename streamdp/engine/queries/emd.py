@@ -1,29 +1,29 @@
-"""Metric-DP releases of users' windowed item multisets under the earth mover's distance (004; DESIGN.md §1
+"""Metric-DP releases of users' windowed item multisets under the earth mover's distance (Imola et al. (EMD); docs/contract.md §1
 "metric-DP releases", §3 ``emd``).
 
 A user's data for a window is the multiset D_i of the items of all their events in the window that lie in the
 query's item domain (other items are ignored; a user with none pays nothing). The guarantee is (α, δ)-d_EM-DP for
 that user: for two values D_i, D_i' of their multiset, Pr[M ∈ S] ≤ e^{α·d_EM(D_i, D_i')}·Pr[M' ∈ S] + δ, with d_EM
-the optimal-transport distance between the normalised histograms over a ground metric d_X ≤ 1 (004 §2.2).
+the optimal-transport distance between the normalised histograms over a ground metric d_X ≤ 1 (Imola et al. (EMD) §2.2).
 Not protected: whether a user has items of the domain in the window (the number of such users is published).
 
-* :class:`EMDLinear` (``emd_linear``) — 004 Alg. 1 (PrivEMDLinear), central model. f: item → ℝ^d is the table
+* :class:`EMDLinear` (``emd_linear``) — Imola et al. (EMD) Alg. 1 (PrivEMDLinear), central model. f: item → ℝ^d is the table
   ``features``; the ground metric is the one f induces, d_X(x, y) = ‖f(x) − f(y)‖₂ / L with L = ``lipschitz``
   (so f is exactly L-Lipschitz; L must be ≥ the diameter of the feature set so that d_X ≤ 1). Released: the mean
   over the n users of q_f(D_i) = mean of f over D_i, plus K-norm noise L·R·U, R ~ Gamma(d+1, 1/(nα)), U uniform in
   the unit ball. One user's change moves the released mean by ≤ L·d_EM(D_i, D_i')/n for multisets of any sizes
-  (004 Thm 4.1), so the release is α-d_EM-DP for every user (004 Lemma 4.2, ω = 1/(nα)); cost Cost.emd(α, 0) per
+  (Imola et al. (EMD) Thm 4.1), so the release is α-d_EM-DP for every user (Imola et al. (EMD) Lemma 4.2, ω = 1/(nα)); cost Cost.emd(α, 0) per
   user with featured items.
-* :class:`EMDFrequency` (``emd_frequency``) — 004 Alg. 4 (FreqEstLocal) with the clustered k-RR on the domain
-  ``clusters`` (c clusters of g items each: d_X = 0 same item, ``gamma`` within a cluster, 1 across, 004 §6.2).
+* :class:`EMDFrequency` (``emd_frequency``) — Imola et al. (EMD) Alg. 4 (FreqEstLocal) with the clustered k-RR on the domain
+  ``clusters`` (c clusters of g items each: d_X = 0 same item, ``gamma`` within a cluster, 1 across, Imola et al. (EMD) §6.2).
   Every item of every user is randomised independently (α0-d_X-DP each); the user-weighted mean one-hot of the
   reports, v̄ = (1/n)·Σ_i (1/m_i)·Σ_j e_{y_ij}, is unbiased for T·h̄ with h̄ = (1/n)·Σ_i h(D_i), so T⁻¹·v̄ is an
   unbiased estimate of the average user's item distribution; it is projected onto the simplex and published
   (the reports themselves never are: post-processing of each user's shuffled local release). A user with m_i
-  items pays the PrivEMDItemWise guarantee of their own m_i reports (local model, N = m_i; 004 Thm 4.4):
+  items pays the PrivEMDItemWise guarantee of their own m_i reports (local model, N = m_i; Imola et al. (EMD) Thm 4.4):
   α = m_i·α0 (composition, δ = 0), or — when ``delta`` > 0 — the FMT22 shuffle bound if it gives a smaller α with
   a charged δ = δ_step·Σ_{j<m_i} e^{jα/m_i} ≤ ``delta`` (:func:`shuffle_delta_step` picks δ_step).
-  Sizes are public in 004's bounded model, and so is the rule on them: users with more than ``max_items`` items in
+  Sizes are public in Imola et al. (EMD)'s bounded model, and so is the rule on them: users with more than ``max_items`` items in
   the window are left out of the window's estimate and pay nothing. (Keeping a random subset of max_items items
   instead would NOT be α(max_items)-d_EM-DP: when one item moves by m·d the subsample keeps it with probability
   max_items/m and the loss is not linear in d at that slope.)
@@ -114,7 +114,7 @@ def shuffle_delta_step(alpha0: float, m: int, delta: float) -> float | None:
     """A per-step δ_step for the local shuffle bound of m items (N = m) whose charged δ stays ≤ ``delta``, chosen
     to minimise α over a grid of 0.1-decade steps from ``delta`` down 60 decades; None if no grid point is valid.
 
-    Every grid point is checked with the bound itself (004 Thm 4.4, notes/004.md): valid iff
+    Every grid point is checked with the bound itself (Imola et al. (EMD) Thm 4.4, implementation notes on Imola et al. (EMD)): valid iff
     α0 ≤ log(m/(16·log(2/δ_step))); α = 4α0·(√(m e^{α0} log(4/δ_step)) + e^{α0}); charged δ = δ_step·Σ_{j<m}
     e^{jα/m}. The grid only *chooses* δ_step; the cost is then computed by :class:`PrivEMDItemWise`, so the grid
     needs no monotonicity.
@@ -164,7 +164,7 @@ def _admitted_reserved(res: Reservation, users: np.ndarray) -> tuple[np.ndarray,
 
 
 class EMDLinear(WindowQuery):
-    """Central PrivEMDLinear over users' windowed multisets (module notes; 004 Alg. 1, Thm 4.1, Lemma 4.2)."""
+    """Central PrivEMDLinear over users' windowed multisets (module notes; Imola et al. (EMD) Alg. 1, Thm 4.1, Lemma 4.2)."""
 
     public_cost_basis = "per user with items in the domain, this window"
 
@@ -216,7 +216,7 @@ class EMDLinear(WindowQuery):
                 raise ValueError(f"dimensions: must be {self.dim} distinct names, got {dimensions!r}")
             dimensions = list(dimensions)
         self.dimensions = dimensions
-        self.cost = Cost.emd(self.alpha)  # α-d_EM-DP, δ = 0 (004 Lemma 4.2, central: ω = 1/(nα))
+        self.cost = Cost.emd(self.alpha)  # α-d_EM-DP, δ = 0 (Imola et al. (EMD) Lemma 4.2, central: ω = 1/(nα))
         try:
             self._cost_fixed = self.cost.to_fixed()
         except OverflowError:
@@ -269,7 +269,7 @@ class EMDLinear(WindowQuery):
 
 
 class EMDFrequency(WindowQuery):
-    """FreqEstLocal with the clustered k-RR over users' windowed multisets (module notes; 004 Alg. 2/4, §6.2)."""
+    """FreqEstLocal with the clustered k-RR over users' windowed multisets (module notes; Imola et al. (EMD) Alg. 2/4, §6.2)."""
 
     public_cost_basis = "per user with items in the domain, this window (the most over 1..max_items items, per component)"
 
@@ -297,7 +297,7 @@ class EMDFrequency(WindowQuery):
                 g = len(members)
             elif len(members) != g:
                 raise ValueError(f"clusters.{name}: every cluster must have the same size g = {g} "
-                                 f"(004 §6.2 clustered metric), got {len(members)}")
+                                 f"(Imola et al. (EMD) §6.2 clustered metric), got {len(members)}")
             domain.extend(members)
         dup = sorted({s for s in domain if domain.count(s) > 1})
         if dup:
@@ -316,7 +316,7 @@ class EMDFrequency(WindowQuery):
         self.delta = float(delta)
         self.items = ItemDomain(domain)
         self.krr = ClusteredKRR(self.c, self.g, self.gamma, self.alpha0)
-        # cost of a user with m reports (local model, N = m): 004 Thm 4.4 via PrivEMDItemWise; row 0 = nothing
+        # cost of a user with m reports (local model, N = m): Imola et al. (EMD) Thm 4.4 via PrivEMDItemWise; row 0 = nothing
         self.guarantees = [None] + [self._guarantee(m) for m in range(1, self.max_items + 1)]
         self._table = np.zeros((self.max_items + 1, N_COMPONENTS), dtype=np.int64)
         try:
@@ -366,7 +366,7 @@ class EMDFrequency(WindowQuery):
         fits = exact & (m_known <= self.max_items)
         costs[fits] = self._table[m_known[fits]]
         # a user with item names not yet bound to the domain: reserve the componentwise largest cost over every size
-        # still possible (_worst; _table[m] is the guarantee of m items, 004 item-wise composition or shuffle);
+        # still possible (_worst; _table[m] is the guarantee of m items, Imola et al. (EMD) item-wise composition or shuffle);
         # settled to the exact size in release
         maybe = ~exact & (m_known <= self.max_items)
         costs[maybe] = self._worst[np.minimum(m_known[maybe] + m_unk[maybe], self.max_items)]

@@ -1,15 +1,15 @@
-"""Location releases per window under concentrated geo-privacy (003; DESIGN.md §1 "location releases", §3 ``cgp``).
+"""Location releases per window under concentrated geo-privacy (Liang–Yi (CGP); docs/contract.md §1 "location releases", §3 ``cgp``).
 
 Three query kinds, each a :class:`~streamdp.engine.query.WindowQuery` in the ``cgp`` notion:
 
-* :class:`GeoLocations` (``geo_locations``) — the identity query (003 Thm 4.8 / 4.6): every located user's
+* :class:`GeoLocations` (``geo_locations``) — the identity query (Liang–Yi (CGP) Thm 4.8 / 4.6): every located user's
   window location plus Gaussian (ρ-CGP) or planar-Laplace (ε-GP) noise, published **without user ids, in random
   order** (a noisy point cloud: keyed by user id it would say who was present).
-* :class:`GeoKNN` (``geo_knn``) — 003 Alg. 3 (k-PNN) at each public query point, followed by a Gaussian release of
+* :class:`GeoKNN` (``geo_knn``) — Liang–Yi (CGP) Alg. 3 (k-PNN) at each public query point, followed by a Gaussian release of
   two aggregates of the k selected users: their mean location and their mean distance to the point. k-PNN returns
   user *indices*; publishing them (or the users' ids) would disclose who is near the point, so the indices are
   only used to select whose locations enter the aggregates (module notes below).
-* :class:`GeoConvexHull` (``geo_convex_hull``) — 003 Alg. 4 (PCH) with its anchor release.
+* :class:`GeoConvexHull` (``geo_convex_hull``) — Liang–Yi (CGP) Alg. 4 (PCH) with its anchor release.
 
 **A user's window location.** Events whose ``loc`` is absent are ignored. A ``loc`` outside the configured
 ``region`` is brought into it (:meth:`PlanarFrame.locate`: fold the sphere onto the smallest cap around the region,
@@ -45,15 +45,15 @@ and the loss ρ·d_u² ≤ (ρ/c²)·d_true² holds for any two locations on the
 is what makes a finite c possible (raw longitudes ±179.99° are 0.02° apart on the ground and 359.98° apart in the
 plane).
 
-**Neighbouring data.** 003 analyses tuples of n points under dist_∞(x, x') = max_i ‖x_i − x'_i‖ (every point may
+**Neighbouring data.** Liang–Yi (CGP) analyses tuples of n points under dist_∞(x, x') = max_i ‖x_i − x'_i‖ (every point may
 move); n, the number of located users admitted in the window, is public (it is published). ``neighbourhood =
-"dist_inf"`` (the paper's notion) calibrates to that. ``neighbourhood = "user"`` (default) calibrates to DESIGN §3's
+"dist_inf"`` (the paper's notion) calibrates to that. ``neighbourhood = "user"`` (default) calibrates to contract §3's
 unit, one user's location moving, which is all the per-user filter needs: the identity query then adds
 N(0, 1/(2ρ)) (or planar Laplace ε) per point instead of N(0, n/(2ρ)) (ε/n) — the same noise that the dist_∞ split
 gives at a per-user charge of ρ/n — and the k-PNN aggregates (means over k users) have sensitivity 1/k instead of
 1. k-PNN and PCH themselves are calibrated to dist_∞, which implies the per-user guarantee.
 
-Not protected (as in 003): whether a user has a usable location in the window (n is published).
+Not protected (as in Liang–Yi (CGP)): whether a user has a usable location in the window (n is published).
 """
 
 from __future__ import annotations
@@ -94,16 +94,16 @@ LOCATION_RULES = ("last", "first", "mean")
 NEIGHBOURHOODS = ("dist_inf", "user")
 
 #: Largest ``k``, ``k_min`` and ``k_max`` of ``geo_convex_hull`` (config review 11, F3). k is the number of anchor
-#: directions of 003 Alg. 4: the release allocates O(k) and runs k PNNs over all n located users, AFTER the users
+#: directions of Liang–Yi (CGP) Alg. 4: the release allocates O(k) and runs k PNNs over all n located users, AFTER the users
 #: were charged, so an unbounded k (10**9: 7.45 GiB) crashes the window close and a Kafka worker crash-loops.
-#: 003's automatic k, (R̃·√ρ/log(n/β))^{2/3}, is clipped to [16, 128] in the paper (notes/003.md) and by default
+#: Liang–Yi (CGP)'s automatic k, (R̃·√ρ/log(n/β))^{2/3}, is clipped to [16, 128] in the paper (implementation notes on Liang–Yi (CGP)) and by default
 #: here; 4096 = 32 × 128 anchors, one per 0.09° of direction, is far past the point where more anchors help (each
 #: PNN gets ρ1 = (ρ_A − ρ0)/k, so extra anchors only add noise) and still takes O(k·n) work, seconds per window.
 MAX_HULL_K = 4096
 #: Largest ``max_cycles`` of ``geo_knn`` / ``geo_convex_hull`` (config review 11, F10): PNN's SVT runs up to
 #: max_cycles·m steps per PNN call (k calls per point, or per hull), so a window close is linear in max_cycles·n·k
-#: and 2**62 never ends. With γ0 ≥ 0 (003 Thm 4.10 / 4.11) PNN halts in the first cycle or in expected O(1) cycles;
-#: only a negative ``gamma0_factor`` needs more (003's experiments use −6: halting per visit of the nearest point
+#: and 2**62 never ends. With γ0 ≥ 0 (Liang–Yi (CGP) Thm 4.10 / 4.11) PNN halts in the first cycle or in expected O(1) cycles;
+#: only a negative ``gamma0_factor`` needs more (Liang–Yi (CGP)'s experiments use −6: halting per visit of the nearest point
 #: has probability about e^{-1}/2, so tens of cycles). The default 1000 already covers that; 10**6 = 1000 × the
 #: default leaves room for factors down to about −70 (~2·10**5 expected cycles) and bounds a runaway window at
 #: 10**6·n·k SVT steps.
@@ -343,9 +343,9 @@ class _GeoQuery(WindowQuery):
 class GeoLocations(_GeoQuery):
     """Noisy locations of the located users, as an unlabelled point cloud in random order.
 
-    ``mechanism = "cgp"``: Gaussian, per coordinate σ = √(n/(2ρ)) (dist_inf; 003 Thm 4.8) or 1/√(2ρ) (user; 003
-    Thm 3.1) — ρ-CGP. ``mechanism = "gp"``: planar Laplace with ε/n (dist_inf; 003 Thm 4.6) or ε (user; 003 Lemma
-    2.6) per point — ε-GP, recorded as ε²/2-CGP (003 Lemma 3.6). Cost per located user: ρ (or ε²/2) per unit²,
+    ``mechanism = "cgp"``: Gaussian, per coordinate σ = √(n/(2ρ)) (dist_inf; Liang–Yi (CGP) Thm 4.8) or 1/√(2ρ) (user; Liang–Yi (CGP)
+    Thm 3.1) — ρ-CGP. ``mechanism = "gp"``: planar Laplace with ε/n (dist_inf; Liang–Yi (CGP) Thm 4.6) or ε (user; Liang–Yi (CGP) Lemma
+    2.6) per point — ε-GP, recorded as ε²/2-CGP (Liang–Yi (CGP) Lemma 3.6). Cost per located user: ρ (or ε²/2) per unit²,
     converted to m².
     """
 
@@ -364,7 +364,7 @@ class GeoLocations(_GeoQuery):
                 raise ValueError("rho: is required with mechanism = 'cgp'")
             self.rho = _pos(rho, "rho")
             self.epsilon = None
-            self._set_cost(self.rho)  # ρ-CGP (003 Thm 4.8 / Thm 3.1)
+            self._set_cost(self.rho)  # ρ-CGP (Liang–Yi (CGP) Thm 4.8 / Thm 3.1)
         else:
             if rho is not None:
                 raise ValueError("rho: only used with mechanism = 'cgp' (give epsilon)")
@@ -372,7 +372,7 @@ class GeoLocations(_GeoQuery):
                 raise ValueError("epsilon: is required with mechanism = 'gp'")
             self.epsilon = _pos(epsilon, "epsilon")
             self.rho = None
-            self._set_cost(float(gp_to_cgp(self.epsilon)), "epsilon")  # ε-GP ⇒ ε²/2-CGP (003 Lemma 3.6)
+            self._set_cost(float(gp_to_cgp(self.epsilon)), "epsilon")  # ε-GP ⇒ ε²/2-CGP (Liang–Yi (CGP) Lemma 3.6)
 
     def _noise_params(self, n: int) -> dict:
         if self.mechanism == "cgp":
@@ -401,11 +401,11 @@ class GeoLocations(_GeoQuery):
 
 
 class GeoKNN(_GeoQuery):
-    """Per public query point p_j (j = 1..m): k-PNN (003 Alg. 3) at ρ_sel/m selects k users I_j (never published);
-    then f_j = (mean of x_I, mean of ‖x_i − p_j‖ over I) ∈ ℝ³ is released with the Gaussian mechanism (003 Thm 3.1)
+    """Per public query point p_j (j = 1..m): k-PNN (Liang–Yi (CGP) Alg. 3) at ρ_sel/m selects k users I_j (never published);
+    then f_j = (mean of x_I, mean of ‖x_i − p_j‖ over I) ∈ ℝ³ is released with the Gaussian mechanism (Liang–Yi (CGP) Thm 3.1)
     at ρ_rel/m: f_j is K-Lipschitz with K = √2 under dist_∞ (each part 1-Lipschitz) or K = √2/k for one user's move
     (``neighbourhood = "user"``: the user moves each mean by ≤ d/k), σ = K/√(2ρ_rel/m).
-    ρ_sel = ``select_share``·ρ, ρ_rel = ρ − ρ_sel; adaptive composition (003 Thm 3.2) over the 2m steps gives ρ-CGP:
+    ρ_sel = ``select_share``·ρ, ρ_rel = ρ − ρ_sel; adaptive composition (Liang–Yi (CGP) Thm 3.2) over the 2m steps gives ρ-CGP:
     cost per located user ρ per unit², converted to m². With n < k located users k = n is used (n is public).
     """
 
@@ -428,9 +428,9 @@ class GeoKNN(_GeoQuery):
         self.max_cycles = _posint(max_cycles, "max_cycles", hi=MAX_PNN_CYCLES)
         self._p = self.frame.to_planar(self.points)
         m = len(self.points)
-        self.rho_select = self.select_share * self.rho / m  # per point: k-PNN is ρ_select-CGP (003 Alg. 3)
+        self.rho_select = self.select_share * self.rho / m  # per point: k-PNN is ρ_select-CGP (Liang–Yi (CGP) Alg. 3)
         self.rho_release = (1.0 - self.select_share) * self.rho / m  # per point: Gaussian on f_j
-        self._set_cost(self.rho)  # m·(ρ_select + ρ_release) = ρ (003 Thm 3.2)
+        self._set_cost(self.rho)  # m·(ρ_select + ρ_release) = ρ (Liang–Yi (CGP) Thm 3.2)
 
     def lipschitz(self, k_eff: int) -> float:
         """K of f_j = (mean location, mean distance) of k_eff selected users: √2 (dist_inf) or √2/k_eff (user)."""
@@ -439,7 +439,7 @@ class GeoKNN(_GeoQuery):
     def _release(self, rng, xy):
         n = xy.shape[0]
         k_eff = min(self.k, n)
-        gauss = GaussianCGP(self.rho_release, lipschitz=self.lipschitz(k_eff))  # σ = K/√(2ρ_rel) (003 Thm 3.1)
+        gauss = GaussianCGP(self.rho_release, lipschitz=self.lipschitz(k_eff))  # σ = K/√(2ρ_rel) (Liang–Yi (CGP) Thm 3.1)
         out = []
         for j in range(self._p.shape[0]):
             p = self._p[j]
@@ -463,7 +463,7 @@ class GeoKNN(_GeoQuery):
 
 
 class GeoConvexHull(_GeoQuery):
-    """Private convex hull of the located users (003 Alg. 4 + anchor release, Thm 4.16): ρ-CGP under dist_∞.
+    """Private convex hull of the located users (Liang–Yi (CGP) Alg. 4 + anchor release, Thm 4.16): ρ-CGP under dist_∞.
 
     Published: the hull of the noisy anchors (counter-clockwise [lat, lon] vertices), the noisy enclosing circle
     (centre, radius — released by steps 1–2), k and n. The anchor indices are never published.
@@ -490,7 +490,7 @@ class GeoConvexHull(_GeoQuery):
             raise ValueError(f"k_max: must be ≥ k_min = {self.k_min}, got {k_max!r}")
         self.gamma0_factor = _num(gamma0_factor, "gamma0_factor")
         self.max_cycles = _posint(max_cycles, "max_cycles", hi=MAX_PNN_CYCLES)
-        self._set_cost(self.rho)  # ρ-CGP (003 Thm 4.16; pch_cost)
+        self._set_cost(self.rho)  # ρ-CGP (Liang–Yi (CGP) Thm 4.16; pch_cost)
 
     def _release(self, rng, xy):
         res = private_convex_hull(rng, xy, self.rho, beta=self.beta, k=self.k or None,

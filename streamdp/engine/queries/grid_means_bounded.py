@@ -53,7 +53,7 @@ __all__ = ["BoundedGridMeans", "BOUNDED_NOTION", "ESTIMATOR_NAMES", "grid_means_
 #: the accounting notion of the bounded estimators (never converted to (ε, δ))
 BOUNDED_NOTION = "bounded_unsafe_presence"
 
-#: configuration name → estimator class (002 §III-B … §III-E)
+#: configuration name → estimator class (Rameshwar–Tandon (IoT means) §III-B … §III-E)
 ESTIMATOR_NAMES: dict[str, type[GridMeanEstimator]] = {
     "baseline": Baseline,
     "array_averaging": ArrayAveraging,

@@ -1,4 +1,4 @@
-"""One location per user per window, by a configured rule — shared by the geo (003) and adaptive (000) kinds."""
+"""One location per user per window, by a configured rule — shared by the geo (Liang–Yi (CGP)) and adaptive (Liang–Yi (adaptive budgeting)) kinds."""
 
 from __future__ import annotations
 

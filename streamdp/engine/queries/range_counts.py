@@ -1,14 +1,14 @@
-"""Sequential range counts with adaptive per-user budgets (000 Alg. 3 + Alg. 4/6, PIE-NI), query kind ``range_counts``.
+"""Sequential range counts with adaptive per-user budgets (Liang–Yi (adaptive budgeting) Alg. 3 + Alg. 4/6, PIE-NI), query kind ``range_counts``.
 
 The operator registers m range queries, each a rectangle Γ_l bound to one window θ_l (θ_1 < … < θ_m). Every user
 has a budget B (CGP, ρ per configured unit²) for the whole sequence. At window θ_l, every user i with a location in
-the window gets the allocation of 000 Alg. 3 (exact integer form, ``savings_allocation_fixed``):
+the window gets the allocation of Liang–Yi (adaptive budgeting) Alg. 3 (exact integer form, ``savings_allocation_fixed``):
 
     γ_l = ((l − 1)/(m − 1))·(1 − 3/4) + 3/4,        r_i = γ_l·(B_i − ((m − l + 1)/m)·B) + B/m
 
-(``reuse_savings = false``: r_i = B/m), the service reserves r_i, the range count runs PIE-NI (000 Alg. 6) or a
-baseline on the users' window locations, and each user is settled to the rounds they executed (000 Thm 4.4;
-DESIGN §3 "reserve and settle"). B_i ← B_i − executed_i: what a user saved (eliminated early, or absent from the
+(``reuse_savings = false``: r_i = B/m), the service reserves r_i, the range count runs PIE-NI (Liang–Yi (adaptive budgeting) Alg. 6) or a
+baseline on the users' window locations, and each user is settled to the rounds they executed (Liang–Yi (adaptive budgeting) Thm 4.4;
+contract §3 "reserve and settle"). B_i ← B_i − executed_i: what a user saved (eliminated early, or absent from the
 window) is reused by the later queries of the sequence. Alg. 3's invariant B_i ≥ ((m − l + 1)/m)·B holds for every
 user, present or not, so r_i ≥ B/m > 0 and at l = m the whole remaining B_i is offered.
 
@@ -32,7 +32,7 @@ keeps, per user, C_i = what this sequence has charged them (canonical fixed poin
 i.e. the per-query cost rounded up, capped so that C_i never passes P. Never below the real cost: by induction
 C_i ≥ the real executed cost so far, per m² (each uncapped term is that query's cost rounded up; once capped,
 C_i = P ≥ the real cost of all of B ≥ of B − B_i), so spent + reservation always covers the user's real total after
-the release, which is what the filter needs (DESIGN §3); and settle ≤ reserve (monotone, same cap). So spent + reservation from one sequence ≤ P: a user whose
+the release, which is what the filter needs (contract §3); and settle ≤ reserve (monotone, same cap). So spent + reservation from one sequence ≤ P: a user whose
 ``[budget] cgp_rho`` covers the published bounds is never halted. PIE still gets Alg. 3's r_i (per unit²) unchanged;
 only the ledger's rounding is capped.
 
@@ -89,14 +89,14 @@ UNITS = ("km", "m", "degrees")
 PROJECTIONS = ("none", "equirectangular")
 LOCATION_RULES = ("last", "first", "mean")
 SPLITS = ("even", "doubling")
-#: estimator → (algorithm, privatisation): PM = PIE (000 Alg. 6), BM = one-shot baseline (000 §6.2.1);
+#: estimator → (algorithm, privatisation): PM = PIE (Liang–Yi (adaptive budgeting) Alg. 6), BM = one-shot baseline (Liang–Yi (adaptive budgeting) §6.2.1);
 #: 1 = distance privatisation (Proj_Γ), 0 = point privatisation.
 ESTIMATORS = {"pm1": ("pie", "distance"), "pm0": ("pie", "point"),
               "bm1": ("baseline", "distance"), "bm0": ("baseline", "point")}
 
 _CGP = COMPONENTS.index("cgp_rho")
 _EXACT = 2**53  # integers below this are exact in float64
-#: 000 Remark 6: β0 = β/4 drives the elimination.
+#: Liang–Yi (adaptive budgeting) Remark 6: β0 = β/4 drives the elimination.
 BETA0_FRACTION = 0.25
 
 
@@ -295,7 +295,7 @@ def window_locations(w: WindowData, coords: Coordinates, rule: str) -> tuple[np.
 
 # --------------------------------------------------------------------------------------- the shared machinery
 class SequentialAdaptiveQuery(WindowQuery):
-    """m sequential local-model CGP queries bound to windows, budgeted per user by 000 Alg. 3 (module notes).
+    """m sequential local-model CGP queries bound to windows, budgeted per user by Liang–Yi (adaptive budgeting) Alg. 3 (module notes).
 
     Subclasses implement :meth:`_run` (one query on the admitted users' planar locations with per-user budgets
     ρ_i; returns the released values and the executed ρ per user) and :meth:`_empty` (values when nobody is
@@ -397,7 +397,7 @@ class SequentialAdaptiveQuery(WindowQuery):
         return np.minimum(self.coords.canonical_fixed(unit_fixed), np.maximum(cap, 0))
 
     def allocation(self, remaining: np.ndarray, l: int) -> np.ndarray:
-        """r_i for query l: 000 Alg. 3 line 4 in exact integers (rounded down), or the uniform ⌊B/m⌋."""
+        """r_i for query l: Liang–Yi (adaptive budgeting) Alg. 3 line 4 in exact integers (rounded down), or the uniform ⌊B/m⌋."""
         if not self.reuse_savings:
             return np.minimum(self.B // self.m, remaining).astype(np.int64)
         m, B = self.m, self.B
@@ -439,7 +439,7 @@ class SequentialAdaptiveQuery(WindowQuery):
             return Reservation.empty()
         r = self.allocation(self.remaining_of(users), l)
         costs = np.zeros((users.size, N_COMPONENTS), dtype=np.int64)
-        # worst case of the PIE cost (pie_cost / range_count_pie_cost of all c rounds = r_i, 000 Alg. 4, Thm 4.4),
+        # worst case of the PIE cost (pie_cost / range_count_pie_cost of all c rounds = r_i, Liang–Yi (adaptive budgeting) Alg. 4, Thm 4.4),
         # in the canonical unit: min(⌈r_i/c²⌉, P − C_i), so C_i + reservation ≤ P (module notes)
         costs[:, _CGP] = self.ledger_cost(users, r)
         return Reservation(users, costs, private=(xy, r))
@@ -463,14 +463,14 @@ class SequentialAdaptiveQuery(WindowQuery):
                                 users=users, actual=no_cost, meta={"query_index": l, "users": 0})
         rho = reservation_to_rho(r)  # one ulp below r_i: the executed cost rounds up to ≤ r_i
         values, executed, eliminated = self._run(rng, l, xy, rho)
-        e_fixed = fixed_up(executed)  # pie_cost(executed_i): the executed rounds only (000 Alg. 1, R = 0 after)
+        e_fixed = fixed_up(executed)  # pie_cost(executed_i): the executed rounds only (Liang–Yi (adaptive budgeting) Alg. 1, R = 0 after)
         if np.any(e_fixed > r):  # cannot happen (reservation_to_rho); never settle above a reservation
             raise RuntimeError(f"{self.id}: executed cost above the reservation")
         actual = np.zeros((users.size, N_COMPONENTS), dtype=np.int64)
         # min(⌈executed_i/c²⌉, P − C_i) ≤ the reservation (monotone, same cap); C_i stays ≥ the real cost so far
         actual[:, _CGP] = self.ledger_cost(users, e_fixed)
         self._charge(users, e_fixed, actual[:, _CGP])
-        sav = privacy_savings(rho, executed)  # PrivSav = (1/n) Σ_i (r_i − executed_i)/r_i (000 §7.1)
+        sav = privacy_savings(rho, executed)  # PrivSav = (1/n) Σ_i (r_i − executed_i)/r_i (Liang–Yi (adaptive budgeting) §7.1)
         values = {**head, **values, "users": int(users.size), "eliminated_early": int(eliminated),
                   "privacy_savings": sav}
         return QueryRelease(values=values, users=users, actual=actual,
@@ -532,10 +532,10 @@ class SequentialAdaptiveQuery(WindowQuery):
 class RangeCounts(SequentialAdaptiveQuery):
     """Kind ``range_counts``: per registered (window, rectangle), the number of users located in the rectangle.
 
-    ``estimator``: ``pm1`` / ``pm0`` — 000 Alg. 6 (PIE-NI on Proj_Γ, ν_low = ν_high = 0, β0 = β/4, then
+    ``estimator``: ``pm1`` / ``pm0`` — Liang–Yi (adaptive budgeting) Alg. 6 (PIE-NI on Proj_Γ, ν_low = ν_high = 0, β0 = β/4, then
     distance / point privatisation on the survivors; ``shift`` = App. B shift for pm1); ``bm1`` / ``bm0`` — the
     baselines (one Gaussian release with the whole r_i). Costs: ``range_count_pie_cost`` /
-    ``range_count_baseline_cost`` of the executed ρ_i (000 Alg. 4, Thm 4.4; Lemma 3.4, Lemma 6.3).
+    ``range_count_baseline_cost`` of the executed ρ_i (Liang–Yi (adaptive budgeting) Alg. 4, Thm 4.4; Lemma 3.4, Lemma 6.3).
     """
 
     kind = "range_counts"

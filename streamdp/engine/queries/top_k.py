@@ -1,11 +1,11 @@
-"""Pay-what-you-get top-k per window (001 Alg. 3/4, Thm 9/10; DESIGN.md §3 "Top-k").
+"""Pay-what-you-get top-k per window (Rogers (unknown-domain) Alg. 3/4, Thm 9/10; docs/contract.md §3 "Top-k").
 
 Per window: the histogram of admitted users over items, at most 1 per (user, item) — an (∞, 1)-sensitive
 histogram; the unknown-domain Gumbel top-k (β = 1/ε, T = 1 + log(k̄/δ)/ε, T̃ = T + c_(k̄+1) + Gumbel(β)) returns a
 ranked list of ≤ k items and ⊥, never counts. The query stops for good after k* returned items (⊥ included).
 
 Cost (reserve and settle): every user with items in window i reserves (k(i)·ε²/8, δ) with k(i) = min(k, k* − used)
-and is settled to (|I(i)|·ε²/8, δ) once the list is known (001 Thm 10). Users absent from the window pay nothing.
+and is settled to (|I(i)|·ε²/8, δ) once the list is known (Rogers (unknown-domain) Thm 10). Users absent from the window pay nothing.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class TopK(WindowQuery):
         keys = unique_sorted(pair_keys(users, items))  # ≤ 1 per (user, item)
         u = keys >> np.int64(32)  # sorted: distinct users are where the user changes
         present = u[np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))]
-        cost = self.pwyg.reserve_cost(self.k).to_fixed()  # 001 Thm 10 / Alg. 4: reserve k(i)·ε²/8 and δ, the worst case
+        cost = self.pwyg.reserve_cost(self.k).to_fixed()  # Rogers (unknown-domain) Thm 10 / Alg. 4: reserve k(i)·ε²/8 and δ, the worst case
         return Reservation(present, np.tile(cost, (present.size, 1)), private=keys)
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
@@ -59,14 +59,14 @@ class TopK(WindowQuery):
         names = [None if x is BOTTOM else x for x in ranked]
         n = len(ranked)
         users = res.users[admitted[res.users]] if res.users.size else res.users
-        # 001 Thm 10: settle to the n items actually returned (n·ε²/8, δ): pay what you get
+        # Rogers (unknown-domain) Thm 10: settle to the n items actually returned (n·ε²/8, δ): pay what you get
         actual = np.tile(self.pwyg.call_cost(n).to_fixed(), (users.size, 1))
         values = {"items": names, "bottom": bool(ranked and ranked[-1] is BOTTOM), "stopped": self.pwyg.exhausted,
                   "pwyg_used": self.pwyg.used, "k_star": self.pwyg.k_star}
         return QueryRelease(values=values, users=users, actual=actual,
                             meta={"pwyg_used": self.pwyg.used, "items_returned": n})
 
-    public_cost_basis = "per user present in this window: |I(i)|·ε²/8 and δ (pay-what-you-get, 001 Thm 10)"
+    public_cost_basis = "per user present in this window: |I(i)|·ε²/8 and δ (pay-what-you-get, Rogers (unknown-domain) Thm 10)"
 
     def public_cost(self, rel):
         n = rel.meta.get("items_returned", 0)

@@ -1,5 +1,5 @@
-"""Window histogram: noisy counts of this window's items above a threshold (001 Alg. 1 / Thm 7, Alg. 2 / Thm 8;
-DESIGN.md §1).
+"""Window histogram: noisy counts of this window's items above a threshold (Rogers (unknown-domain) Alg. 1 / Thm 7, Alg. 2 / Thm 8;
+docs/contract.md §1).
 
 Per window: the histogram of admitted users over items, at most 1 per (user, item) (Δ∞ = 1: counts of distinct
 users) and at most Δ0 = ``max_items_per_window`` distinct items per user (a user with more keeps a uniform random
@@ -17,7 +17,7 @@ Cost, per user present in the window (known before the release: no settle):
 
 * ``threshold``: a user u with m_u ≤ Δ0 kept items pays ρ = m_u·ε²/2 and δ = m_u·δ/Δ0. Removing u changes m_u
   counts by 1: the noise on the counts that stay present is a Gaussian of ℓ2 sensitivity √m_u (ρ = m_u·ε²/2,
-  001 Thm 4), or m_u Laplace counts of ε-DP each (m_u·ε²/2 as zCDP, 001 Thm 7 proof); a count that u alone holds
+  Rogers (unknown-domain) Thm 4), or m_u Laplace counts of ε-DP each (m_u·ε²/2 as zCDP, Rogers (unknown-domain) Thm 7 proof); a count that u alone holds
   (count 1 = Δ∞) crosses T with probability exactly δ/Δ0 — T is calibrated so (Thm 7) — hence m_u·δ/Δ0 by a
   union bound. At m_u = Δ0 this is Thm 7's (Δ0·ε²/2, δ).
 * ``top_kbar``: every user present pays Thm 8's (Δ0·ε²/2, δ): its proof compares the top-k̄ sets of neighbouring
@@ -52,7 +52,7 @@ class WindowHistogram(WindowQuery):
         if noise not in NOISES:
             raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
         if algorithm == "top_kbar" and noise != "gaussian":
-            raise ValueError("algorithm 'top_kbar' (001 Alg. 2) is Gaussian only")
+            raise ValueError("algorithm 'top_kbar' (Rogers (unknown-domain) Alg. 2) is Gaussian only")
         self.algorithm, self.noise = algorithm, noise
         self.delta0 = int(max_items_per_window)
         if algorithm == "threshold":
@@ -64,7 +64,7 @@ class WindowHistogram(WindowQuery):
         full = self.mech.cost()  # Thm 7 / Thm 8: (Δ0·ε²/2, δ)
         self.full_cost_fixed = full.to_fixed()
         # threshold: per kept item ε²/2 and δ/Δ0, each rounded up to fixed point, times m_u ≤ Δ0 — at m_u = Δ0 this
-        # is 001 Thm 7's (Δ0·ε²/2, δ); per item is the team's decision (docs/DECISIONS.md, module doc)
+        # is Rogers (unknown-domain) Thm 7's (Δ0·ε²/2, δ); per item is the team's decision (docs/DECISIONS.md, module doc)
         eps = self.mech.epsilon
         self.item_cost_fixed = Cost.zcdp(rho=eps * eps / 2.0, delta=self.mech.delta / self.delta0).to_fixed()
 
@@ -99,7 +99,7 @@ class WindowHistogram(WindowQuery):
         values = {"counts": dict(zip(names, np.asarray(noisy).tolist())), "threshold": self.threshold}
         return QueryRelease(values=values, meta={"released": len(names)})
 
-    public_cost_basis = "per user present in this window: at most max_items_per_window items (001 Thm 7/8)"
+    public_cost_basis = "per user present in this window: at most max_items_per_window items (Rogers (unknown-domain) Thm 7/8)"
 
     def public_cost(self, rel):
         return self.mech.cost()

@@ -1,4 +1,4 @@
-"""Adaptive privacy budgeting (000, Liang & Yi): iterative elimination and savings reuse, local model.
+"""Adaptive privacy budgeting (Liang–Yi (adaptive budgeting)): iterative elimination and savings reuse, local model.
 
 * :mod:`~streamdp.mechanisms.adaptive.pie` — PIE-NI (Alg. 4), PIE-k (Alg. 5), round splits, λ(d, β),
   inverse-variance combination (Fact 6.2), executed-cost accounting;
@@ -10,7 +10,7 @@
 * :mod:`~streamdp.mechanisms.adaptive.synthetic` — synthetic trajectories for tests and benchmarks.
 
 Costs are per user, in the ``cgp`` notion (ρ per distance unit²), except the central-model threshold query
-(``zcdp``). PIE users are reserved their full r_i and settled to ``executed_rho`` (DESIGN.md §3).
+(``zcdp``). PIE users are reserved their full r_i and settled to ``executed_rho`` (docs/contract.md §3).
 """
 
 from streamdp.mechanisms.adaptive.kde import KDEResult, kde_baseline, kde_pie, kde_value

@@ -1,7 +1,7 @@
-"""Private Gaussian KDE at a point via iterative elimination (000 §6.3, Alg. 7), local model, CGP.
+"""Private Gaussian KDE at a point via iterative elimination (Liang–Yi (adaptive budgeting) §6.3, Alg. 7), local model, CGP.
 
 f(x_1..x_n; p, b) = (1/n) Σ_i exp(−‖x_i − p‖²/(2b²)). φ = len_p(u) = ‖u − p‖ is 1-Lipschitz (the paper's Alg. 7
-passes Proj_Γ by mistake; notes/000.md). PIE-NI with ν_low = −∞, ν_high = 6b moves users confidently farther
+passes Proj_Γ by mistake; implementation notes on Liang–Yi (adaptive budgeting)). PIE-NI with ν_low = −∞, ν_high = 6b moves users confidently farther
 than 6b into S0 (each contributes at most e^{−18}/n) and stops charging them. If every user is eliminated the
 estimate is 0 (Alg. 7 line 3, error ≤ e^{−18} w.p. 1 − β0, Cor. 6.4); otherwise
 
@@ -38,7 +38,7 @@ from streamdp.mechanisms.adaptive.pie import (
 
 __all__ = ["KDEResult", "kde_value", "kde_pie", "kde_baseline", "kde_pie_cost", "kde_baseline_cost", "KDE_CUTOFF"]
 
-#: ν_high = 6b (000 §6.3.2): a user farther than 6b contributes at most e^{−18}/n.
+#: ν_high = 6b (Liang–Yi (adaptive budgeting) §6.3.2): a user farther than 6b contributes at most e^{−18}/n.
 KDE_CUTOFF = 6.0
 _TAIL = math.exp(-0.5 * KDE_CUTOFF**2)  # e^{−18}
 
@@ -73,7 +73,7 @@ def _kernel(dist, b: float) -> np.ndarray:
 
 
 def kde_value(x, p, b: float) -> float:
-    """The exact f(x_1..x_n; p, b) (000 §6.3)."""
+    """The exact f(x_1..x_n; p, b) (Liang–Yi (adaptive budgeting) §6.3)."""
     x, pt, b, _ = _setup(x, p, b, 1.0)
     if x.shape[0] == 0:
         return 0.0
@@ -81,17 +81,17 @@ def kde_value(x, p, b: float) -> float:
 
 
 def kde_baseline_cost(rho_i: float) -> Cost:
-    """BM0/BM1: one Gaussian release of x_i or len_p(x_i) (1-Lipschitz) is ρ_i-CGP (000 Lemma 3.4)."""
+    """BM0/BM1: one Gaussian release of x_i or len_p(x_i) (1-Lipschitz) is ρ_i-CGP (Liang–Yi (adaptive budgeting) Lemma 3.4)."""
     return Cost.cgp(float(rho_i))
 
 
 def kde_pie_cost(executed_rho_i: float) -> Cost:
-    """PM0/PM1: the executed PIE-NI rounds, in CGP (000 Alg. 4, Thm 4.4)."""
+    """PM0/PM1: the executed PIE-NI rounds, in CGP (Liang–Yi (adaptive budgeting) Alg. 4, Thm 4.4)."""
     return pie_cost(executed_rho_i)
 
 
 def kde_baseline(rng: np.random.Generator, x, p, b: float, rho, *, privatization: str = "point") -> KDEResult:
-    """BM0: (1/n) Σ exp(−len_p(x̃_i)²/(2b²)); BM1: (1/n) Σ exp(−ỹ_i²/(2b²)) (000 §6.3.1)."""
+    """BM0: (1/n) Σ exp(−len_p(x̃_i)²/(2b²)); BM1: (1/n) Σ exp(−ỹ_i²/(2b²)) (Liang–Yi (adaptive budgeting) §6.3.1)."""
     x, pt, b, r = _setup(x, p, b, rho)
     privatization = check_privatization(privatization)
     n = x.shape[0]
@@ -117,7 +117,7 @@ def kde_pie(
     split: str = "even",
     beta0: float = 0.025,
 ) -> KDEResult:
-    """000 Alg. 7 with φ = len_p, ν_low = −∞, ν_high = 6b; PM0 / PM1 on the survivors G_c."""
+    """Liang–Yi (adaptive budgeting) Alg. 7 with φ = len_p, ν_low = −∞, ν_high = 6b; PM0 / PM1 on the survivors G_c."""
     x, pt, b, r = _setup(x, p, b, rho)
     privatization = check_privatization(privatization)
     beta0 = check_probability(beta0, "beta0")

@@ -1,12 +1,12 @@
-"""Private k nearest users to a point via interactive elimination (000 §6.4, Alg. 8), local model, CGP.
+"""Private k nearest users to a point via interactive elimination (Liang–Yi (adaptive budgeting) §6.4, Alg. 8), local model, CGP.
 
-φ = len_p(u) = ‖u − p‖ (1-Lipschitz). PIE-k (000 Alg. 5, β0 = β/4) keeps the users whose confidence interval
+φ = len_p(u) = ‖u − p‖ (1-Lipschitz). PIE-k (Liang–Yi (adaptive budgeting) Alg. 5, β0 = β/4) keeps the users whose confidence interval
 overlaps the k-th smallest; eliminated users stop paying. If exactly k remain they are the answer (correct
 w.p. 1 − β0, Cor. 6.5); otherwise the k smallest among G_c of
 
 * PM0 (point privatisation): ‖x̄_i − p‖ (Lemma 6.6);   * PM1 (distance privatisation): ȳ_i (Lemma 6.7).
 
-Baselines BM0 / BM1 rank ‖x̃_i − p‖ or ỹ_i from one release with the whole ρ_i (000 §6.4.1).
+Baselines BM0 / BM1 rank ‖x̃_i − p‖ or ỹ_i from one release with the whole ρ_i (Liang–Yi (adaptive budgeting) §6.4.1).
 Costs: ρ_i for a baseline user (:func:`knn_baseline_cost`), the executed rounds for PIE (:func:`knn_pie_cost`).
 """
 
@@ -35,7 +35,7 @@ from streamdp.mechanisms.adaptive.pie import (
 
 __all__ = ["KNNResult", "knn_pie", "knn_baseline", "knn_pie_cost", "knn_baseline_cost", "true_knn", "dist_error"]
 
-#: 000 §6.4.2: β0 = 0.25β, β1 = 0.75β.
+#: Liang–Yi (adaptive budgeting) §6.4.2: β0 = 0.25β, β1 = 0.75β.
 BETA0_FRACTION = 0.25
 
 
@@ -71,13 +71,13 @@ def _k_smallest(score: np.ndarray, k: int) -> np.ndarray:
 
 
 def true_knn(x, p, k: int) -> np.ndarray:
-    """argmin_{|S| = k} Σ_{i∈S} ‖x_i − p‖ (000 §6.4), nearest first."""
+    """argmin_{|S| = k} Σ_{i∈S} ‖x_i − p‖ (Liang–Yi (adaptive budgeting) §6.4), nearest first."""
     x, pt, k, _ = _setup(x, p, k, 1.0)
     return _k_smallest(distance_to(pt)(x), k)
 
 
 def dist_error(x, p, indices, k: int) -> float:
-    """DistErr = (Dist(J̃, p) − Dist(J*, p)) / Dist(J*, p) (000 §7.1); requires Dist(J*, p) > 0."""
+    """DistErr = (Dist(J̃, p) − Dist(J*, p)) / Dist(J*, p) (Liang–Yi (adaptive budgeting) §7.1); requires Dist(J*, p) > 0."""
     x, pt, k, _ = _setup(x, p, k, 1.0)
     d = distance_to(pt)(x)
     best = float(np.sum(np.sort(d)[:k]))
@@ -87,17 +87,17 @@ def dist_error(x, p, indices, k: int) -> float:
 
 
 def knn_baseline_cost(rho_i: float) -> Cost:
-    """BM0/BM1: one Gaussian release of x_i or len_p(x_i) is ρ_i-CGP (000 Lemma 3.4)."""
+    """BM0/BM1: one Gaussian release of x_i or len_p(x_i) is ρ_i-CGP (Liang–Yi (adaptive budgeting) Lemma 3.4)."""
     return Cost.cgp(float(rho_i))
 
 
 def knn_pie_cost(executed_rho_i: float) -> Cost:
-    """PM0/PM1: the executed PIE-k rounds, in CGP (000 Alg. 5, Thm 4.4)."""
+    """PM0/PM1: the executed PIE-k rounds, in CGP (Liang–Yi (adaptive budgeting) Alg. 5, Thm 4.4)."""
     return pie_cost(executed_rho_i)
 
 
 def knn_baseline(rng: np.random.Generator, x, p, k: int, rho, *, privatization: str = "distance") -> KNNResult:
-    """BM0: k smallest ‖x̃_i − p‖; BM1: k smallest ỹ_i = len_p(x_i) + Z/√(2ρ_i) (000 §6.4.1)."""
+    """BM0: k smallest ‖x̃_i − p‖; BM1: k smallest ỹ_i = len_p(x_i) + Z/√(2ρ_i) (Liang–Yi (adaptive budgeting) §6.4.1)."""
     x, pt, k, r = _setup(x, p, k, rho)
     privatization = check_privatization(privatization)
     len_p = distance_to(pt)
@@ -120,7 +120,7 @@ def knn_pie(
     split: str = "even",
     beta: float = 0.1,
 ) -> KNNResult:
-    """000 Alg. 8: PIE-k(len_p, β0 = β/4); G_ĵ if |G_ĵ| = k, else PM0 / PM1 on G_c."""
+    """Liang–Yi (adaptive budgeting) Alg. 8: PIE-k(len_p, β0 = β/4); G_ĵ if |G_ĵ| = k, else PM0 / PM1 on G_c."""
     x, pt, k, r = _setup(x, p, k, rho)
     privatization = check_privatization(privatization)
     beta = check_probability(beta, "beta")

@@ -1,20 +1,20 @@
-"""Private iterative elimination: PIE-NI (000 Alg. 4) and PIE-k (000 Alg. 5), local model, CGP.
+"""Private iterative elimination: PIE-NI (Liang–Yi (adaptive budgeting) Alg. 4) and PIE-k (Liang–Yi (adaptive budgeting) Alg. 5), local model, CGP.
 
 Each user i holds x_i ∈ ℝ^d and a per-query budget r_i, split into c rounds r_{i,1..c} (Σ_j r_{i,j} ≤ r_i; even
-or doubling split, 000 §7). In round j every still-active user releases one Gaussian-mechanism output
-ṽ_i(j) = u_i + Z/√(2 r_{i,j}) (000 Lemma 3.4), where u_i is either the point itself (point privatisation,
-triple (M(·;f_id), g0, h0) of 000 Cor. 6.1) or φ(x_i) for a 1-Lipschitz φ (distance privatisation, triple
-(M(·;φ), g1, h1) of 000 Cor. 6.2). Rounds are combined by inverse-variance weights (000 Fact 6.2):
+or doubling split, Liang–Yi (adaptive budgeting) §7). In round j every still-active user releases one Gaussian-mechanism output
+ṽ_i(j) = u_i + Z/√(2 r_{i,j}) (Liang–Yi (adaptive budgeting) Lemma 3.4), where u_i is either the point itself (point privatisation,
+triple (M(·;f_id), g0, h0) of Liang–Yi (adaptive budgeting) Cor. 6.1) or φ(x_i) for a 1-Lipschitz φ (distance privatisation, triple
+(M(·;φ), g1, h1) of Liang–Yi (adaptive budgeting) Cor. 6.2). Rounds are combined by inverse-variance weights (Liang–Yi (adaptive budgeting) Fact 6.2):
 ȳ_i(j) = (1/ρ̄_{i,j}) Σ_{s≤j} r_{i,s} ṽ_i(s) ~ N(u_i, 1/(2ρ̄_{i,j}) I), ρ̄_{i,j} = Σ_{s≤j} r_{i,s}, and the
-confidence radius is h̄_{i,j} = λ(d, β_0/(c·|G_{j−1}|)) / √(2ρ̄_{i,j}) (000 Lemma 6.1, Alg. 4 line 8).
+confidence radius is h̄_{i,j} = λ(d, β_0/(c·|G_{j−1}|)) / √(2ρ̄_{i,j}) (Liang–Yi (adaptive budgeting) Lemma 6.1, Alg. 4 line 8).
 
-Privacy (000 Lemma 3.3(2), Thm 4.4): a user pays only the rounds actually executed, Σ_{s ≤ j_i} r_{i,s} in CGP
+Privacy (Liang–Yi (adaptive budgeting) Lemma 3.3(2), Thm 4.4): a user pays only the rounds actually executed, Σ_{s ≤ j_i} r_{i,s} in CGP
 (ρ per unit²), where j_i is the round in which the user was eliminated (or c). Every round's ṽ_i(j) is drawn on a
 power-of-two grid with discrete Gaussian noise (:func:`gaussian_mechanism`), so the guarantee is
 Σ_s ρ_{i,s}(d + a_{i,s})² with a_{i,s} = √dim·2^{⌊log2 σ_{i,s}⌋−30}, at most R·(d + A)² with
 A = √(N·dim)·2⁻³⁰/√(2R) over N pieces of total cost R (micrometres for km-scale σ; stated at
 :func:`gaussian_mechanism_cost`, :func:`grid_distance_bound`). The decision to run round j for user i depends only on earlier outputs
-(F_{j−1}-measurable), so the service reserves the worst case r_i and settles to the executed cost (DESIGN.md §3
+(F_{j−1}-measurable), so the service reserves the worst case r_i and settles to the executed cost (contract §3
 "Reserve and settle").
 """
 
@@ -47,7 +47,7 @@ __all__ = [
     "pie_k",
 ]
 
-#: The number of rounds c of one PIE run is at most this (000 §7 uses c ∈ {4, 10, 64}).
+#: The number of rounds c of one PIE run is at most this (Liang–Yi (adaptive budgeting) §7 uses c ∈ {4, 10, 64}).
 MAX_ROUNDS = 64
 
 
@@ -118,14 +118,14 @@ def check_query_point(p, d: int) -> np.ndarray:
 
 
 def check_privatization(p: str) -> str:
-    """PM0/BM0 privatise the point x_i, PM1/BM1 the distance len_p(x_i) (000 §6)."""
+    """PM0/BM0 privatise the point x_i, PM1/BM1 the distance len_p(x_i) (Liang–Yi (adaptive budgeting) §6)."""
     if p not in ("point", "distance"):
         raise ValueError(f"privatization must be 'point' or 'distance', got {p!r}")
     return p
 
 
 def distance_to(pt: np.ndarray):
-    """len_p: u ↦ ‖u − p‖₂ row-wise (1-Lipschitz, 000 §6)."""
+    """len_p: u ↦ ‖u − p‖₂ row-wise (1-Lipschitz, Liang–Yi (adaptive budgeting) §6)."""
     def len_p(u: np.ndarray) -> np.ndarray:
         diff = u - pt
         return np.sqrt(np.einsum("ij,ij->i", diff, diff))
@@ -135,7 +135,7 @@ def distance_to(pt: np.ndarray):
 
 # ----------------------------------------------------------------------------------------- confidence radius
 def confidence_lambda(d: int, beta):
-    """λ(d, β) of 000 Lemma 6.1: with probability ≥ 1 − β a standard Gaussian Z ∈ ℝ^d has ‖Z‖ ≤ λ(d, β).
+    """λ(d, β) of Liang–Yi (adaptive budgeting) Lemma 6.1: with probability ≥ 1 − β a standard Gaussian Z ∈ ℝ^d has ‖Z‖ ≤ λ(d, β).
 
     λ(1, β) = √(2 log(2/β));  λ(2, β) = √(2 log(1/β));  λ(d > 2, β) = √(d + 2√(d log(1/β)) + 2 log(1/β))
     (Laurent–Massart). ``beta`` may be an array.
@@ -157,7 +157,7 @@ def confidence_lambda(d: int, beta):
 
 # --------------------------------------------------------------------------------------------- round splits
 def split_rounds(r, c: int, scheme: str = "even") -> np.ndarray:
-    """Split each user's query budget r_i into c round budgets r_{i,1..c} (000 §7).
+    """Split each user's query budget r_i into c round budgets r_{i,1..c} (Liang–Yi (adaptive budgeting) §7).
 
     ``even``: r_{i,j} = r_i/c ("c4", "c64");  ``doubling``: r_{i,j} = 2^{j−1}/(2^c − 1)·r_i ("log-c10").
     The returned (n, c) array has every entry > 0 and a floating-point running sum that never exceeds r_i
@@ -190,7 +190,7 @@ def split_rounds(r, c: int, scheme: str = "even") -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------- Gaussian mechanism
 def gaussian_mechanism(rng: np.random.Generator, values, rho) -> np.ndarray:
-    """M(u, ρ; φ) = φ(u) + Z/√(2ρ) (000 Lemma 3.4), applied row-wise, drawn on a power-of-two grid per row.
+    """M(u, ρ; φ) = φ(u) + Z/√(2ρ) (Liang–Yi (adaptive budgeting) Lemma 3.4), applied row-wise, drawn on a power-of-two grid per row.
 
     ``values`` holds φ(u_i) (shape (n,) or (n, m)); ``rho`` is a scalar or one ρ_i per row. Row i is released as
     g_i·(rint(v_i/g_i) + Z_i), Z_i ~ N_Z(0, (σ_i/g_i)²) independently per coordinate, σ_i = 1/√(2ρ_i),
@@ -217,7 +217,7 @@ def gaussian_mechanism(rng: np.random.Generator, values, rho) -> np.ndarray:
 
 
 def gaussian_mechanism_cost(rho: float) -> Cost:
-    """M(·, ρ; φ) for a 1-Lipschitz φ (in the configured distance) is ρ-CGP (000 Lemma 3.4.2; 003 Lemma 3.4) as a
+    """M(·, ρ; φ) for a 1-Lipschitz φ (in the configured distance) is ρ-CGP (Liang–Yi (adaptive budgeting) Lemma 3.4.2; Liang–Yi (CGP) Lemma 3.4) as a
     real-number mechanism; the cost charged is ``Cost.cgp(ρ)``.
 
     **Guarantee of the granular release** (:func:`gaussian_mechanism` draws on the grid g = granularity(σ),
@@ -263,8 +263,8 @@ def grid_distance_bound(total_rho: float, pieces: int, coords: int = 1) -> float
 def pie_cost(executed: float) -> Cost:
     """Cost of one user's PIE run: the sum of the executed rounds' r_{i,s}, in CGP.
 
-    Adaptive composition of the executed Gaussian rounds (000 Lemma 3.3(2)) inside the privacy filter, where
-    each round's cost is fixed before its noise is drawn (000 Thm 4.4); rounds not run cost nothing (000 Alg. 1,
+    Adaptive composition of the executed Gaussian rounds (Liang–Yi (adaptive budgeting) Lemma 3.3(2)) inside the privacy filter, where
+    each round's cost is fixed before its noise is drawn (Liang–Yi (adaptive budgeting) Thm 4.4); rounds not run cost nothing (Liang–Yi (adaptive budgeting) Alg. 1,
     R = 0). The reservation is the same function of the full r_i = Σ_j r_{i,j}.
     """
     return Cost.cgp(float(executed))
@@ -280,7 +280,7 @@ def executed_rho(round_rho: np.ndarray, rounds_run: np.ndarray) -> np.ndarray:
 
 
 def privacy_savings(allocated, executed) -> float:
-    """PrivSav = (1/n) Σ_i remaining_i / ρ_i with remaining_i = ρ_i − executed_i (000 §7.1); 0 for n = 0."""
+    """PrivSav = (1/n) Σ_i remaining_i / ρ_i with remaining_i = ρ_i − executed_i (Liang–Yi (adaptive budgeting) §7.1); 0 for n = 0."""
     allocated = np.asarray(allocated, dtype=np.float64)
     executed = np.asarray(executed, dtype=np.float64)
     if allocated.size == 0:
@@ -291,7 +291,7 @@ def privacy_savings(allocated, executed) -> float:
 # ------------------------------------------------------------------------------------------------ triples
 @dataclass(frozen=True)
 class Triple:
-    """A valid triple (M, g, h) for a 1-Lipschitz φ (000 Def. 5).
+    """A valid triple (M, g, h) for a 1-Lipschitz φ (Liang–Yi (adaptive budgeting) Def. 5).
 
     ``values`` (n, dim) is what M privatises: the points x_i (point privatisation, dim = d) or φ(x_i)
     (distance privatisation, dim = 1). ``phi`` is φ for the point triple (g0 = φ(x̄)); None for the distance
@@ -311,7 +311,7 @@ class Triple:
         return self.values.shape[1]
 
     def estimate(self, means: np.ndarray) -> np.ndarray:
-        """g: φ̄ from the inverse-variance mean of the rounds (000 Cor. 6.1 / 6.2)."""
+        """g: φ̄ from the inverse-variance mean of the rounds (Liang–Yi (adaptive budgeting) Cor. 6.1 / 6.2)."""
         if self.phi is None:
             return means[:, 0]
         out = np.asarray(self.phi(means), dtype=np.float64)
@@ -321,7 +321,7 @@ class Triple:
 
 
 def point_triple(points, phi: Callable[[np.ndarray], np.ndarray]) -> Triple:
-    """(M(·,·; f_id), g0, h0) of 000 Cor. 6.1: privatise the point, estimate φ(x̄), radius λ(d, β)/√(2ρ̄)."""
+    """(M(·,·; f_id), g0, h0) of Liang–Yi (adaptive budgeting) Cor. 6.1: privatise the point, estimate φ(x̄), radius λ(d, β)/√(2ρ̄)."""
     x = check_points(points, "points")
     if not callable(phi):
         raise ValueError("phi must be callable")
@@ -329,7 +329,7 @@ def point_triple(points, phi: Callable[[np.ndarray], np.ndarray]) -> Triple:
 
 
 def distance_triple(phi_values) -> Triple:
-    """(M(·,·; φ), g1, h1) of 000 Cor. 6.2: privatise φ(x), estimate ȳ, radius λ(1, β)/√(2ρ̄)."""
+    """(M(·,·; φ), g1, h1) of Liang–Yi (adaptive budgeting) Cor. 6.2: privatise φ(x), estimate ȳ, radius λ(1, β)/√(2ρ̄)."""
     v = np.asarray(phi_values, dtype=np.float64)
     if v.ndim != 1:
         raise ValueError(f"phi_values must be a 1-d array, got shape {v.shape}")
@@ -347,7 +347,7 @@ class PIEResult:
     * ``survivors``: G_ĵ, users still active at the end;
     * ``rounds_run[i]``: rounds user i executed (1..c); ``executed_rho[i]`` = Σ_{s ≤ rounds_run[i]} r_{i,s},
       the cost to settle (:func:`pie_cost`); ``allocated_rho[i]`` = Σ_j r_{i,j} ≤ r_i, the reservation;
-    * ``mean[i]`` (n, dim): inverse-variance mean of user i's executed rounds (x̄_i or ȳ_i, 000 Fact 6.2);
+    * ``mean[i]`` (n, dim): inverse-variance mean of user i's executed rounds (x̄_i or ȳ_i, Liang–Yi (adaptive budgeting) Fact 6.2);
     * ``estimate[i]``: φ̄_i from the last executed round;
     * ``rounds``: ĵ, the number of rounds the loop ran; ``c``: rounds configured;
     * ``round_values`` (n, c, dim), NaN where not executed — only when ``keep_rounds=True``.
@@ -411,7 +411,7 @@ class _Rounds:
     def run_round(self, rng: np.random.Generator, j: int, active: np.ndarray):
         """Round j (0-based) for the users ``active`` (indices): returns (φ̄, h̄) for them."""
         r = self.round_rho[active, j]
-        # Gaussian mechanism, 000 Lemma 3.4: ṽ = u + Z/√(2 r_{i,j}), drawn on each user's grid (granular, see
+        # Gaussian mechanism, Liang–Yi (adaptive budgeting) Lemma 3.4: ṽ = u + Z/√(2 r_{i,j}), drawn on each user's grid (granular, see
         # gaussian_mechanism_cost for the guarantee); this round costs r_{i,j} (CGP).
         v = gaussian_mechanism(rng, self.triple.values[active], r)
         if self.round_values is not None:
@@ -420,10 +420,10 @@ class _Rounds:
         self.rho_bar[active] += r
         self.rounds_run[active] = j + 1
         rho_bar = self.rho_bar[active]
-        means = self.weighted[active] / rho_bar[:, None]  # 000 Fact 6.2
+        means = self.weighted[active] / rho_bar[:, None]  # Liang–Yi (adaptive budgeting) Fact 6.2
         est = self.triple.estimate(means)
         self.estimate[active] = est
-        # 000 Alg. 4/5 line 8/7: h(r_{i,[j]}, β0/(c|G_{j−1}|)) = λ(dim, ·)/√(2ρ̄_{i,j})
+        # Liang–Yi (adaptive budgeting) Alg. 4/5 line 8/7: h(r_{i,[j]}, β0/(c|G_{j−1}|)) = λ(dim, ·)/√(2ρ̄_{i,j})
         lam = confidence_lambda(self.triple.dim, self.beta0 / (self.c * active.size))
         return est, lam / np.sqrt(2.0 * rho_bar)
 
@@ -457,12 +457,12 @@ def pie_ni(
     nu_high: float,
     keep_rounds: bool = False,
 ) -> PIEResult:
-    """PIE-NI, 000 Alg. 4 (G_0 = all n users of ``triple``).
+    """PIE-NI, Liang–Yi (adaptive budgeting) Alg. 4 (G_0 = all n users of ``triple``).
 
     Round j, for every i ∈ G_{j−1}: release ṽ_i(j), update φ̄_i(j) and h̄_{i,j}; i → S1 if
     φ̄_i(j) < ν_low − h̄_{i,j}, else i → S0 if φ̄_i(j) > ν_high + h̄_{i,j}, else i stays in G_j. Stops after c
     rounds or when G_j = ∅. With probability ≥ 1 − β0, φ(x_i) < ν_low for all i ∈ S1 and φ(x_i) > ν_high for all
-    i ∈ S0 (000 Lemma 5.2). Costs: :func:`pie_cost` of ``executed_rho``.
+    i ∈ S0 (Liang–Yi (adaptive budgeting) Lemma 5.2). Costs: :func:`pie_cost` of ``executed_rho``.
     """
     nu_low = float(nu_low)
     nu_high = float(nu_high)
@@ -499,11 +499,11 @@ def pie_k(
     beta0: float,
     keep_rounds: bool = False,
 ) -> PIEResult:
-    """PIE-k, 000 Alg. 5 (G_0 = all n users of ``triple``): keep the users whose φ may be among the k smallest.
+    """PIE-k, Liang–Yi (adaptive budgeting) Alg. 5 (G_0 = all n users of ``triple``): keep the users whose φ may be among the k smallest.
 
     While j ≤ c and |G_{j−1}| > k: every i ∈ G_{j−1} releases a round; t_1..t_k are the k smallest right end
     points φ̄_i + h̄_i; G_j = {t_1..t_k} ∪ {i : I_i(j) ∩ I_{t_k}(j) ≠ ∅}. With probability ≥ 1 − β0 the true k
-    smallest are in every G_j (000 Lemma 5.3). Costs: :func:`pie_cost` of ``executed_rho``.
+    smallest are in every G_j (Liang–Yi (adaptive budgeting) Lemma 5.3). Costs: :func:`pie_cost` of ``executed_rho``.
     """
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")

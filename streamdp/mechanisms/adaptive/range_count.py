@@ -1,7 +1,7 @@
-"""Private range counting via iterative elimination (000 §6.2, Alg. 6; App. A, App. B), local model, CGP.
+"""Private range counting via iterative elimination (Liang–Yi (adaptive budgeting) §6.2, Alg. 6; App. A, App. B), local model, CGP.
 
 Count the users whose location x_i ∈ ℝ² lies in a rectangle Γ. φ = Proj_Γ, the signed distance to ∂Γ
-(negative inside, 000 eq. (11)), is 1-Lipschitz (000 Lemma 6.3), so PIE-NI (Alg. 4) with ν_low = ν_high = 0
+(negative inside, Liang–Yi (adaptive budgeting) eq. (11)), is 1-Lipschitz (Liang–Yi (adaptive budgeting) Lemma 6.3), so PIE-NI (Alg. 4) with ν_low = ν_high = 0
 puts users confidently inside Γ into S1 and users confidently outside into S0; they stop paying. Survivors
 G_c are counted by post-processing their c-round means:
 
@@ -9,7 +9,7 @@ G_c are counted by post-processing their c-round means:
 * PM1 (distance privatisation): |S1| + #{i ∈ G_c : ȳ_i < η_i}, η_i the App. B shift (η_i = 0 without shift).
 
 Baselines BM0 / BM1 spend each user's whole ρ_i in one Gaussian release. β is split β0 = β/4 for the
-elimination and β1 = 3β/4 for the final count (000 Remark 6); β1 enters only the accuracy statement.
+elimination and β1 = 3β/4 for the final count (Liang–Yi (adaptive budgeting) Remark 6); β1 enters only the accuracy statement.
 
 Costs (CGP, ρ per distance unit²): a baseline user pays ρ_i (:func:`range_count_baseline_cost`); a PIE user pays
 the rounds executed (:func:`range_count_pie_cost`, ≤ the reservation r_i).
@@ -51,7 +51,7 @@ __all__ = [
     "count_error",
 ]
 
-#: 000 Remark 6: β0 = 0.25β for the elimination, β1 = 0.75β for the final count.
+#: Liang–Yi (adaptive budgeting) Remark 6: β0 = 0.25β for the elimination, β1 = 0.75β for the final count.
 BETA0_FRACTION = 0.25
 
 
@@ -90,7 +90,7 @@ class Rectangle:
 
     @classmethod
     def from_vertices(cls, u, v, w, z, *, rtol: float = 1e-9) -> "Rectangle":
-        """000 App. A naming: vertices u, v, w, z with uv̄ ∥ wz̄ and uw̄ ∥ vz̄ (so u, v, z, w go round Γ)."""
+        """Liang–Yi (adaptive budgeting) App. A naming: vertices u, v, w, z with uv̄ ∥ wz̄ and uw̄ ∥ vz̄ (so u, v, z, w go round Γ)."""
         u, v, w, z = (np.asarray(p, dtype=np.float64).reshape(2) for p in (u, v, w, z))
         e1, e2 = v - u, w - u
         l1, l2 = float(np.hypot(*e1)), float(np.hypot(*e2))
@@ -112,9 +112,9 @@ class Rectangle:
         return np.abs(s) - self.length / 2.0, np.abs(t) - self.width / 2.0
 
     def proj(self, points) -> np.ndarray:
-        """Proj_Γ (000 eq. (11)): distance to ∂Γ, negated inside Γ; 1-Lipschitz (000 Lemma 6.3).
+        """Proj_Γ (Liang–Yi (adaptive budgeting) eq. (11)): distance to ∂Γ, negated inside Γ; 1-Lipschitz (Liang–Yi (adaptive budgeting) Lemma 6.3).
 
-        Equal to 000 App. A's min over the four edges of the distance to the clipped projection; computed in
+        Equal to Liang–Yi (adaptive budgeting) App. A's min over the four edges of the distance to the clipped projection; computed in
         the rectangle's own frame: outside ‖(max(e_s, 0), max(e_t, 0))‖, inside max(e_s, e_t) ≤ 0, where
         e_s = |s| − length/2 and e_t = |t| − width/2.
         """
@@ -129,12 +129,12 @@ class Rectangle:
 
 
 def true_range_count(x, rect: Rectangle) -> int:
-    """f(x_1..x_n; Γ) = Σ_i 𝟙_Γ(x_i) (000 §6.2)."""
+    """f(x_1..x_n; Γ) = Σ_i 𝟙_Γ(x_i) (Liang–Yi (adaptive budgeting) §6.2)."""
     return int(np.count_nonzero(rect.contains(x)))
 
 
 def count_error(estimate: float, truth: float) -> float:
-    """CountErr = |C̃ − C| / C (000 §7.1); requires C > 0."""
+    """CountErr = |C̃ − C| / C (Liang–Yi (adaptive budgeting) §7.1); requires C > 0."""
     if truth <= 0:
         raise ValueError("truth must be > 0 for a relative count error")
     return abs(float(estimate) - float(truth)) / float(truth)
@@ -142,7 +142,7 @@ def count_error(estimate: float, truth: float) -> float:
 
 # ------------------------------------------------------------------------------------------- App. B shift
 def shift_coefficient(gamma, length: float, width: float):
-    """a(γ) of 000 App. B for a rectangle with sides l = ``length``, w = ``width``.
+    """a(γ) of Liang–Yi (adaptive budgeting) App. B for a rectangle with sides l = ``length``, w = ``width``.
 
     Chosen so that the shifted bands outside and inside ∂Γ have equal areas:
     l, w > 2γ:  a = (4γ(l+w) − 4γ√((l+w)² − 16γ²)) / (16γ²);
@@ -161,7 +161,7 @@ def shift_coefficient(gamma, length: float, width: float):
 
 
 def eta_threshold(rho, length: float, width: float):
-    """η_i = η(γ_i) = −a(γ_i)·γ_i with γ_i = 1/√(2ρ_i), the noise scale of the released distance (000 App. B)."""
+    """η_i = η(γ_i) = −a(γ_i)·γ_i with γ_i = 1/√(2ρ_i), the noise scale of the released distance (Liang–Yi (adaptive budgeting) App. B)."""
     gamma = 1.0 / np.sqrt(2.0 * check_rho(rho))
     return -shift_coefficient(gamma, length, width) * gamma
 
@@ -184,17 +184,17 @@ class RangeCountResult:
 
     @property
     def privacy_savings(self) -> float:
-        """PrivSav = (1/n) Σ_i remaining_i/ρ_i (000 §7.1)."""
+        """PrivSav = (1/n) Σ_i remaining_i/ρ_i (Liang–Yi (adaptive budgeting) §7.1)."""
         return privacy_savings(self.allocated_rho, self.executed_rho)
 
 
 def range_count_baseline_cost(rho_i: float) -> Cost:
-    """BM0/BM1: one Gaussian release M(x_i, ρ_i; f_id or Proj_Γ) is ρ_i-CGP (000 Lemma 3.4, Lemma 6.3)."""
+    """BM0/BM1: one Gaussian release M(x_i, ρ_i; f_id or Proj_Γ) is ρ_i-CGP (Liang–Yi (adaptive budgeting) Lemma 3.4, Lemma 6.3)."""
     return Cost.cgp(float(rho_i))
 
 
 def range_count_pie_cost(executed_rho_i: float) -> Cost:
-    """PM0/PM1: the executed PIE-NI rounds, Σ_{s ≤ j_i} r_{i,s}, in CGP (000 Alg. 4, Thm 4.4)."""
+    """PM0/PM1: the executed PIE-NI rounds, Σ_{s ≤ j_i} r_{i,s}, in CGP (Liang–Yi (adaptive budgeting) Alg. 4, Thm 4.4)."""
     return pie_cost(executed_rho_i)
 
 
@@ -209,12 +209,12 @@ def range_count_baseline(
     shift: bool = True,
 ) -> RangeCountResult:
     """BM0 (point): Σ 𝟙{Proj_Γ(x̃_i) < 0}, x̃_i = x_i + Z/√(2ρ_i), Z ~ N(0, I_2);
-    BM1 (distance): Σ 𝟙{ỹ_i < η_i}, ỹ_i = Proj_Γ(x_i) + Z/√(2ρ_i) (000 §6.2.1). Each user pays ρ_i."""
+    BM1 (distance): Σ 𝟙{ỹ_i < η_i}, ỹ_i = Proj_Γ(x_i) + Z/√(2ρ_i) (Liang–Yi (adaptive budgeting) §6.2.1). Each user pays ρ_i."""
     x = check_points(x, "x", d=2)
     privatization = check_privatization(privatization)
     r = per_user_rho(rho, x.shape[0])
     if privatization == "point":
-        noisy = gaussian_mechanism(rng, x, r)  # ρ_i-CGP, 000 Lemma 3.4
+        noisy = gaussian_mechanism(rng, x, r)  # ρ_i-CGP, Liang–Yi (adaptive budgeting) Lemma 3.4
         est = int(np.count_nonzero(rect.proj(noisy) < 0)) if x.shape[0] else 0
         method = "BM0"
     else:
@@ -238,7 +238,7 @@ def range_count_pie(
     beta: float = 0.1,
     shift: bool = True,
 ) -> RangeCountResult:
-    """000 Alg. 6: PIE-NI(Proj_Γ, ν_low = ν_high = 0, β0 = β/4) then |S1| if G_ĵ = ∅, else PM0 / PM1.
+    """Liang–Yi (adaptive budgeting) Alg. 6: PIE-NI(Proj_Γ, ν_low = ν_high = 0, β0 = β/4) then |S1| if G_ĵ = ∅, else PM0 / PM1.
 
     ``rho`` is r_i (scalar or per user), split into c rounds by ``split`` ('even' | 'doubling').
     """
@@ -258,7 +258,7 @@ def range_count_pie(
     if surv.size == 0:
         est = s1  # Alg. 6 line 3 (every user categorised; correct w.p. 1 − β0, Cor. 6.3)
     elif privatization == "point":
-        # PM0: |S1| + Σ_{G_c} 𝟙{Proj_Γ(x̄_i) < 0} (the paper drops "< 0"; notes/000.md)
+        # PM0: |S1| + Σ_{G_c} 𝟙{Proj_Γ(x̄_i) < 0} (the paper drops "< 0"; implementation notes on Liang–Yi (adaptive budgeting))
         est = s1 + int(np.count_nonzero(rect.proj(res.mean[surv]) < 0))
     else:
         # PM1: |S1| + Σ_{G_c} 𝟙{ȳ_i < η_i}, ȳ_i ~ N(Proj_Γ(x_i), 1/(2ρ_i)) (Fact 6.2), η_i from App. B

@@ -1,16 +1,16 @@
-"""Budgeting m sequential queries so that later queries reuse earlier savings (000 §5.1, Alg. 3).
+"""Budgeting m sequential queries so that later queries reuse earlier savings (Liang–Yi (adaptive budgeting) §5.1, Alg. 3).
 
 Each user starts with budget B (CGP ρ per unit²). Before query l = 1..m the user's remaining budget is B_i and
 the query gets
 
     γ_l = ((l − 1)/(m − 1))·(1 − 3/4) + 3/4,        r_i = γ_l·(B_i − ((m − l + 1)/m)·B) + B/m      (Alg. 3 l. 3–4)
 
-(for m = 1, where γ_l is undefined, r_i = B_i; notes/000.md). A privacy-saving algorithm PSA_l (PIE, 000
+(for m = 1, where γ_l is undefined, r_i = B_i; implementation notes on Liang–Yi (adaptive budgeting)). A privacy-saving algorithm PSA_l (PIE, Liang–Yi (adaptive budgeting)
 Alg. 4–9) then charges an executed cost e_i ≤ r_i, and B_i ← B_i − e_i.
 
 Invariant: B_i ≥ ((m − l + 1)/m)·B before query l. It holds at l = 1 (B_i = B) and is preserved because
 B_i − r_i = (1 − γ_l)(B_i − ((m−l+1)/m)B) + ((m−l)/m)B ≥ ((m−l)/m)B. Hence r_i ≥ B/m > 0, r_i ≤ B_i, the
-per-user filter (000 eq. (7)) never halts a user under Alg. 3, and at l = m, γ_m = 1 and r_i = B_i.
+per-user filter (Liang–Yi (adaptive budgeting) eq. (7)) never halts a user under Alg. 3, and at l = m, γ_m = 1 and r_i = B_i.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _check_remaining(remaining) -> np.ndarray:
 
 
 def gamma_l(l: int, m: int) -> float:
-    """γ_l = ((l − 1)/(m − 1))·(1 − 3/4) + 3/4 (000 Alg. 3 line 3); 1 for m = 1."""
+    """γ_l = ((l − 1)/(m − 1))·(1 − 3/4) + 3/4 (Liang–Yi (adaptive budgeting) Alg. 3 line 3); 1 for m = 1."""
     l, m = _check_lm(l, m)
     if m == 1:
         return 1.0
@@ -94,7 +94,7 @@ def invariant_holds(remaining, budget: float, l: int, m: int, *, rtol: float = I
 
 
 def savings_allocation(remaining, budget: float, l: int, m: int, *, strict: bool = True) -> np.ndarray:
-    """r_i for query l (000 Alg. 3 line 4), clipped to [0, B_i] so that r_i never exceeds what is left.
+    """r_i for query l (Liang–Yi (adaptive budgeting) Alg. 3 line 4), clipped to [0, B_i] so that r_i never exceeds what is left.
 
     ``strict``: raise ValueError if some user violates the invariant (their budget was spent outside this
     sequence); otherwise such users get the clipped formula (possibly 0 — leave them out of the query).
@@ -106,7 +106,7 @@ def savings_allocation(remaining, budget: float, l: int, m: int, *, strict: bool
         bad = int(np.count_nonzero(~invariant_holds(b, budget, l, m)))
         raise ValueError(
             f"remaining: {bad} user(s) have less than ((m−l+1)/m)·B = {invariant_floor(budget, l, m)!r} "
-            f"before query l={l} (000 Alg. 3 invariant)"
+            f"before query l={l} (Liang–Yi (adaptive budgeting) Alg. 3 invariant)"
         )
     if l == m:  # γ_m = 1 (or m = 1): r_i = B_i exactly, without float round-off
         return b.copy()
@@ -115,7 +115,7 @@ def savings_allocation(remaining, budget: float, l: int, m: int, *, strict: bool
 
 
 def savings_allocation_fixed(remaining, budget: int, l: int, m: int, *, strict: bool = True) -> np.ndarray:
-    """000 Alg. 3 line 4 in exact integer (fixed-point) arithmetic, rounded down.
+    """Liang–Yi (adaptive budgeting) Alg. 3 line 4 in exact integer (fixed-point) arithmetic, rounded down.
 
     With γ_l = (3(m−1) + (l−1)) / (4(m−1)):
     r_i = ⌊((3(m−1) + (l−1))·(m·B_i − (m−l+1)·B) + 4(m−1)·B) / (4(m−1)·m)⌋, and r_i = B_i for m = 1.
@@ -133,7 +133,7 @@ def savings_allocation_fixed(remaining, budget: int, l: int, m: int, *, strict: 
     bi = [int(v) for v in b]
     ok = [m * v >= (m - l + 1) * budget for v in bi]
     if strict and not all(ok):
-        raise ValueError(f"remaining: {ok.count(False)} user(s) violate the 000 Alg. 3 invariant before query l={l}")
+        raise ValueError(f"remaining: {ok.count(False)} user(s) violate the Liang–Yi (adaptive budgeting) Alg. 3 invariant before query l={l}")
     if m == 1:
         return b.astype(np.int64).copy()
     num = 3 * (m - 1) + (l - 1)
@@ -156,7 +156,7 @@ def reservation_to_rho(r_fixed, scale: int = LOSS_SCALE) -> np.ndarray:
 
 
 def uniform_allocation(budget: float, m: int, n: int) -> np.ndarray:
-    """The non-adaptive baseline r_i = B/m for every query (000 §5.1)."""
+    """The non-adaptive baseline r_i = B/m for every query (Liang–Yi (adaptive budgeting) §5.1)."""
     _, m = _check_lm(1, m)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"n must be an integer ≥ 0, got {n!r}")
@@ -164,7 +164,7 @@ def uniform_allocation(budget: float, m: int, n: int) -> np.ndarray:
 
 
 class SequentialBudgeting:
-    """000 Alg. 3 state for n users and m queries: :meth:`allocate` the next r, then :meth:`record` the
+    """Liang–Yi (adaptive budgeting) Alg. 3 state for n users and m queries: :meth:`allocate` the next r, then :meth:`record` the
     executed costs. ``reuse_savings=False`` gives the uniform B/m baseline (savings are wasted)."""
 
     def __init__(self, budget: float, m: int, n: int, *, reuse_savings: bool = True) -> None:
@@ -226,7 +226,7 @@ def run_sequential(
     *,
     reuse_savings: bool = True,
 ) -> SequentialResult:
-    """000 Alg. 3: answer ``queries[l−1](rng, r) -> (answer, executed)`` for l = 1..m in order."""
+    """Liang–Yi (adaptive budgeting) Alg. 3: answer ``queries[l−1](rng, r) -> (answer, executed)`` for l = 1..m in order."""
     m = len(queries)
     state = SequentialBudgeting(budget, m, n, reuse_savings=reuse_savings)
     answers: list[Any] = []

@@ -1,7 +1,7 @@
 """Synthetic location trajectories and query ranges for tests and benchmarks of the adaptive mechanisms.
 
 Not a privacy mechanism: this draws *data*, not noise (it still takes the generator explicitly). The model is a
-city of ``extent`` × ``extent`` distance units with weighted hotspots (think taxi ranks, 000 §7's T-Drive):
+city of ``extent`` × ``extent`` distance units with weighted hotspots (think taxi ranks, Liang–Yi (adaptive budgeting) §7's T-Drive):
 each user belongs to a hotspot (or, with probability ``background``, roams uniformly), takes Gaussian steps with
 mild pull towards its hotspot, and jumps to a new hotspot with probability ``jump_prob`` per step.
 """

@@ -1,12 +1,12 @@
-"""Private threshold query via iterative elimination, central model (000 App. C, Alg. 9), zCDP.
+"""Private threshold query via iterative elimination, central model (Liang–Yi (adaptive budgeting) App. C, Alg. 9), zCDP.
 
 One curator holds N records; H(x_1) is the subset satisfying a predicate. Question: is |H(x_1)| < qN?
 φ = |H(·)| has sensitivity 1 under the Hamming metric, so M(·, ρ) = |H(·)| + Z/√(2ρ) is ρ-zCDP (Bun–Steinke
-2016 Prop. 1.6; 000 App. C works in ρ-CDP). PIE-NI on the single "user" (G_0 = {1}) with ν_low = ν_high = qN
-and triple (M(·;|H|), g1, h1) of 000 Cor. 6.2:
+2016 Prop. 1.6; Liang–Yi (adaptive budgeting) App. C works in ρ-CDP). PIE-NI on the single "user" (G_0 = {1}) with ν_low = ν_high = qN
+and triple (M(·;|H|), g1, h1) of Liang–Yi (adaptive budgeting) Cor. 6.2:
 
 * eliminated (G_ĵ = ∅): answer Yes iff 1 ∈ S1, i.e. the count is confidently below qN — the paper's Alg. 9
-  swaps S0/S1 (notes/000.md); correct w.p. 1 − β0 (Cor. C.1);
+  swaps S0/S1 (implementation notes on Liang–Yi (adaptive budgeting)); correct w.p. 1 − β0 (Cor. C.1);
 * otherwise, after all c rounds: Yes iff ȳ < qN with ȳ ~ N(|H(x_1)|, 1/(2ρ_1)) (Fact 6.2) — the baseline BM1.
 
 Cost: the executed rounds Σ_{s ≤ ĵ} r_{1,s} in zCDP (:func:`threshold_cost`), at most ρ_1.
@@ -52,7 +52,7 @@ class ThresholdResult:
 
 def threshold_cost(executed_rho: float) -> Cost:
     """Gaussian mechanism on a sensitivity-1 count, noise N(0, 1/(2ρ)) per round: ρ-zCDP per round
-    (Bun–Steinke Prop. 1.6), composed over the executed rounds inside the filter (000 App. C, Thm 4.4)."""
+    (Bun–Steinke Prop. 1.6), composed over the executed rounds inside the filter (Liang–Yi (adaptive budgeting) App. C, Thm 4.4)."""
     return Cost.zcdp(float(executed_rho))
 
 
@@ -70,7 +70,7 @@ def _check(count, n_records, q):
 def threshold_query_baseline(
     rng: np.random.Generator, count: int, n_records: int, q: float, rho: float
 ) -> ThresholdResult:
-    """BM1: ỹ = |H| + Z/√(2ρ); Yes iff ỹ < qN (000 App. C). Costs ρ (zCDP)."""
+    """BM1: ỹ = |H| + Z/√(2ρ); Yes iff ỹ < qN (Liang–Yi (adaptive budgeting) App. C). Costs ρ (zCDP)."""
     count, n_records, q = _check(count, n_records, q)
     rho = float(check_rho(rho, "rho"))
     y = float(gaussian_mechanism(rng, np.array([float(count)]), rho)[0])
@@ -88,7 +88,7 @@ def threshold_query_pie(
     split: str = "even",
     beta0: float = 0.025,
 ) -> ThresholdResult:
-    """000 Alg. 9 (with the S0/S1 fix of notes/000.md)."""
+    """Liang–Yi (adaptive budgeting) Alg. 9 (with the S0/S1 fix of implementation notes on Liang–Yi (adaptive budgeting))."""
     count, n_records, q = _check(count, n_records, q)
     rho = float(check_rho(rho, "rho"))
     beta0 = check_probability(beta0, "beta0")

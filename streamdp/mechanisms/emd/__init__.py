@@ -1,4 +1,4 @@
-"""Metric DP at the user level via the earth mover's distance (paper 004; notes/004.md).
+"""Metric DP at the user level via the earth mover's distance (Imola et al. (EMD); implementation notes on Imola et al. (EMD)).
 
 Costs are charged in the ``emd`` notion as ``Cost.emd(alpha, delta)``: (α, δ)-d_EM-DP with α per unit of d_EM over
 a domain metric d_X normalised to diameter ≤ 1.

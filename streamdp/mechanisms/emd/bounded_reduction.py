@@ -1,4 +1,4 @@
-"""BoundedEMDReduction: unbounded → bounded d_EM-DP by resampling (004 Alg. 3, Lemma 5.2, Thm 5.3; notes/004.md).
+"""BoundedEMDReduction: unbounded → bounded d_EM-DP by resampling (Imola et al. (EMD) Alg. 3, Lemma 5.2, Thm 5.3; implementation notes on Imola et al. (EMD)).
 
 Each user's multiset D (any size) is replaced by m0 items drawn from D uniformly *with replacement*; a bounded
 d_EM-DP mechanism (sizes fixed and public: m0) then runs on the resamples.
@@ -12,7 +12,7 @@ transport plan between the resamples, with probability ≥ 1 − δ_s
     d_EM(resample, resample') ≤ (1/m0)·Σ_j Z_j ≤ b(τ) = 2τ + (7/6)·log(1/δ_s)/m0.
 
 Theorem 5.3: if the inner mechanism is (α, δ)-bounded d_EM-DP, the whole is (τ, α·b(τ), δ + δ_s)-discrete
-d_EM-DP (004 Def. 5.1): for all D, D' with d_EM(D, D') ≤ τ, Pr[M(D) ∈ S] ≤ e^{α·b(τ)}·Pr[M(D') ∈ S] + δ + δ_s.
+d_EM-DP (Imola et al. (EMD) Def. 5.1): for all D, D' with d_EM(D, D') ≤ τ, Pr[M(D) ∈ S] ≤ e^{α·b(τ)}·Pr[M(D') ∈ S] + δ + δ_s.
 
 There is deliberately no :class:`~streamdp.accounting.cost.Cost` for it. The ``emd`` notion of the filters is
 (α, δ) per unit of d_EM: ε = α·d for every pair at distance d. The reduction's ε = α·b(d) keeps the additive
@@ -31,7 +31,7 @@ __all__ = ["bernstein_b", "BoundedEMDReduction"]
 
 
 def bernstein_b(tau: float, m0: int, delta_s: float) -> float:
-    """b(τ) = 2τ + (7/6)·log(1/δ_s)/m0 (004 Lemma 5.2; derivation in the module docstring)."""
+    """b(τ) = 2τ + (7/6)·log(1/δ_s)/m0 (Imola et al. (EMD) Lemma 5.2; derivation in the module docstring)."""
     tau = float(tau)
     if not math.isfinite(tau) or tau < 0:
         raise ValueError(f"tau must be finite and ≥ 0, got {tau!r}")
@@ -75,5 +75,5 @@ class BoundedEMDReduction:
         return items[rng.integers(0, items.shape[0], self.m0)]
 
     def discrete_guarantee(self, tau: float) -> tuple[float, float]:
-        """(ε, δ) for every pair with d_EM ≤ τ: (α·b(τ), δ + δ_s) — 004 Thm 5.3."""
+        """(ε, δ) for every pair with d_EM ≤ τ: (α·b(τ), δ + δ_s) — Imola et al. (EMD) Thm 5.3."""
         return self.inner_alpha * self.b(tau), self.inner_delta + self.delta_s

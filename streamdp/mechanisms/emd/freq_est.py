@@ -1,4 +1,4 @@
-"""FreqEstLocal with the clustered k-RR (004 Alg. 4, §6.2, Thm 6.5–6.6, App. D.3; notes/004.md item 4).
+"""FreqEstLocal with the clustered k-RR (Imola et al. (EMD) Alg. 4, §6.2, Thm 6.5–6.6, App. D.3; implementation notes on Imola et al. (EMD), item 4).
 
 Domain: the clustered metric on k = c·g items (c clusters of g items; d = 0 same item, γ within a cluster, 1
 across). The metric k-randomised response reports y for input x with probability
@@ -20,7 +20,7 @@ randomiser and estimates the histogram by ĥ = T⁻¹·v̄, v̄ = mean one-hot o
 unbiased. ĥ may have negative entries: :func:`~streamdp.mechanisms.emd.metric.project_to_simplex` before
 measuring d_EM (post-processing).
 
-Baseline (004 Lemma 6.7): Laplace noise on each bin of the normalised global histogram; one user changing all m of
+Baseline (Imola et al. (EMD) Lemma 6.7): Laplace noise on each bin of the normalised global histogram; one user changing all m of
 their items moves it by ≤ 2/n in ℓ1 (bounded, n users with m items each), so Lap(2/(n·ε)) per bin is ε-user-level
 DP (a different guarantee from d_EM-DP; see :class:`LaplaceHistogram`).
 """
@@ -166,11 +166,11 @@ class ClusteredKRR:
 
 
 class FreqEstLocal:
-    """Frequency estimation with the clustered k-RR through PrivEMDItemWise (004 Alg. 4).
+    """Frequency estimation with the clustered k-RR through PrivEMDItemWise (Imola et al. (EMD) Alg. 4).
 
     ``itemwise`` carries the accounting (composition or shuffle bound); ``estimate`` is pure post-processing.
     Local model: each user sends ``itemwise.release(rng, D_i)``; the server pools all reports. Central model
-    (004 Cor. 6.8): the curator applies it to all n·m items.
+    (Imola et al. (EMD) Cor. 6.8): the curator applies it to all n·m items.
     """
 
     def __init__(self, itemwise: PrivEMDItemWise):
@@ -207,7 +207,7 @@ class FreqEstLocal:
 
 
 class LaplaceHistogram:
-    """Baseline: normalised histogram + Lap(2/(n·ε)) per bin, projected onto the simplex (004 Lemma 6.7).
+    """Baseline: normalised histogram + Lap(2/(n·ε)) per bin, projected onto the simplex (Imola et al. (EMD) Lemma 6.7).
 
     ε-user-level DP for n users with m items each (bounded). This is NOT an ε-d_EM-DP guarantee (a d_EM-DP
     mechanism must be more private for nearby data; the implication runs only the other way: α-d_EM-DP ⇒

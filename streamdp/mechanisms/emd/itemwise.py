@@ -1,13 +1,13 @@
-"""PrivEMDItemWise: randomise every item with an α0-d_X-DP randomiser, then shuffle (004 Alg. 2, Thms 4.3–4.4).
+"""PrivEMDItemWise: randomise every item with an α0-d_X-DP randomiser, then shuffle (Imola et al. (EMD) Alg. 2, Thms 4.3–4.4).
 
-The converted paper lost its formulas; the bounds below are reconstructed (notes/004.md item 2) and re-derived
+The converted paper lost its formulas; the bounds below are reconstructed (implementation notes on Imola et al. (EMD), item 2) and re-derived
 here so that every constant has a stated source.
 
 **Composition bound** (always valid, δ = 0). For equal sizes m, d_EM(D, D') = (1/m)·Σ_i d_X(x_i, x'_σ(i)) for an
-optimal matching σ (004 Lemma 2.1). Releasing R(x_1), …, R(x_m) is then Σ_i α0·d_X(x_i, x'_σ(i)) = m·α0·d_EM-DP
+optimal matching σ (Imola et al. (EMD) Lemma 2.1). Releasing R(x_1), …, R(x_m) is then Σ_i α0·d_X(x_i, x'_σ(i)) = m·α0·d_EM-DP
 by basic composition, and shuffling is post-processing:  α = m·α0.
 
-**Shuffle bound** (FMT22 = Feldman–McMillan–Talwar 2022, Thm 3.1, generalised to metric randomisers in 004
+**Shuffle bound** (FMT22 = Feldman–McMillan–Talwar 2022, Thm 3.1, generalised to metric randomisers in Imola et al. (EMD)
 Thm 4.3). Let N items be shuffled together (N = m in the local model: one user's items; N = n·m in the central
 model: everybody's items) and change ONE item x → x' with the other N − 1 fixed. Since d_X ≤ 1, R is α0-LDP, which
 is what the "clones" argument needs, while the pair (x, x') is only α0·d-distinguishable, d = d_X(x, x'). FMT22's
@@ -15,12 +15,12 @@ bound, with the pair factor tanh(α0·d/2) in place of tanh(α0/2), is
 
     ε(d) = log(1 + tanh(α0 d/2)·8·(√(e^{α0} log(4/δ)/N) + e^{α0}/N))  ≤  α0·d·4·(√(e^{α0} log(4/δ)/N) + e^{α0}/N),
 
-valid when α0 ≤ log(N/(16 log(2/δ))). ε(d) is concave in d (004 Thm 4.3 proof). Changing a user's m items one at a
-time (group privacy for hockey-stick divergences, 004 Lemma A.2) sums the m per-item bounds: Σ_i ε(d_i) ≤
+valid when α0 ≤ log(N/(16 log(2/δ))). ε(d) is concave in d (Imola et al. (EMD) Thm 4.3 proof). Changing a user's m items one at a
+time (group privacy for hockey-stick divergences, Imola et al. (EMD) Lemma A.2) sums the m per-item bounds: Σ_i ε(d_i) ≤
 4α0(…)·m·d_EM, hence
 
     local   (N = m):    α = 4α0·(√(m e^{α0} log(4/δ)) + e^{α0}),
-    central (N = n·m):  α = 4α0·(√(m e^{α0} log(4/δ)/n) + e^{α0}/n)      (notes/004.md; FMT-form upper bound).
+    central (N = n·m):  α = 4α0·(√(m e^{α0} log(4/δ)/n) + e^{α0}/n)      (implementation notes on Imola et al. (EMD); FMT-form upper bound).
 
 **δ of the group step** (our derivation; the paper's δ term is lost). Chaining P_{j−1}(S) ≤ e^{ε_j}P_j(S) + δ over
 the m single-item changes gives P_0(S) ≤ e^{Σε_j}P_m(S) + δ·Σ_j e^{ε_1+…+ε_{j−1}}. Changing the items in increasing
@@ -95,7 +95,7 @@ def _n_shuffled(m: int, model: str, n_users: int | None) -> int:
 
 
 def composition_alpha(alpha0: float, m: int) -> float:
-    """α = m·α0 (basic composition over the m items + Birkhoff–von Neumann; 004 §4.2)."""
+    """α = m·α0 (basic composition over the m items + Birkhoff–von Neumann; Imola et al. (EMD) §4.2)."""
     return _posint(m, "m") * _pos(alpha0, "alpha0")
 
 
@@ -267,7 +267,7 @@ class PrivEMDItemWise:
         return self._guarantee
 
     def cost(self) -> Cost:
-        """Cost.emd(α, δ_total) to each user whose items are released (004 Thm 4.4; module docstring)."""
+        """Cost.emd(α, δ_total) to each user whose items are released (Imola et al. (EMD) Thm 4.4; module docstring)."""
         return self._guarantee.cost()
 
     def release(self, rng: np.random.Generator, items) -> np.ndarray:

@@ -1,20 +1,20 @@
-"""PrivEMDLinear: d_EM-private linear queries (004 Alg. 1, Thm 4.1, Lemma 4.2; notes/004.md item 1).
+"""PrivEMDLinear: d_EM-private linear queries (Imola et al. (EMD) Alg. 1, Thm 4.1, Lemma 4.2; implementation notes on Imola et al. (EMD), item 1).
 
 A linear query on a user's multiset D is the mean of a vector function over the items,
 
     q_f(D) = (1/|D|)·Σ_{x∈D} f(x) ∈ ℝ^d,
 
 with f L-Lipschitz from (X, d_X) to (ℝ^d, ‖·‖₂). Then ‖q_f(D) − q_f(D')‖₂ ≤ L·d_EM(D, D') for multisets of any
-sizes (004 Thm 4.1: push the optimal coupling through f). The release is
+sizes (Imola et al. (EMD) Thm 4.1: push the optimal coupling through f). The release is
 
     q_f(D) + L·R·U,   R ~ Gamma(shape d+1, scale ω),   U uniform in the unit ℓ2 ball,
 
 whose noise density is ∝ exp(−‖z‖₂/(L·ω)) (Hardt–Talwar K-norm mechanism, :func:`samplers.knorm_gamma_ball`).
 The likelihood ratio at any output is therefore ≤ exp(‖Δq‖/(Lω)) ≤ exp(d_EM/ω):
 
-* local model (each user releases its own q): ω = 1/α ⇒ α-unbounded local d_EM-DP (004 Lemma 4.2);
+* local model (each user releases its own q): ω = 1/α ⇒ α-unbounded local d_EM-DP (Imola et al. (EMD) Lemma 4.2);
 * central model (one release of the mean over n users with equal public sizes m): changing one user's D_i moves
-  the global mean by ≤ L·d_EM(D_i, D_i')/n, so ω = 1/(n·α) ⇒ α-bounded central d_EM-DP (004 Lemma 4.2).
+  the global mean by ≤ L·d_EM(D_i, D_i')/n, so ω = 1/(n·α) ⇒ α-bounded central d_EM-DP (Imola et al. (EMD) Lemma 4.2).
 
 In one dimension the noise is exactly Laplace(L·ω): Gamma(2, ω)·Uniform[−1, 1] has density e^{−|z|/ω}/(2ω).
 
@@ -56,7 +56,7 @@ def _pos(x, name: str) -> float:
 
 
 class PrivEMDLinear:
-    """Release q_f(D) + L·R·U (004 Alg. 1), drawn on the grid g(Lω)·ℤ^d by its lattice version (module docstring:
+    """Release q_f(D) + L·R·U (Imola et al. (EMD) Alg. 1), drawn on the grid g(Lω)·ℤ^d by its lattice version (module docstring:
     α-d_EM-DP with respect to d_EM + :meth:`grid_distance`).
 
     Parameters
@@ -90,7 +90,7 @@ class PrivEMDLinear:
 
     @property
     def omega(self) -> float:
-        """Gamma scale ω: 1/α (local) or 1/(n·α) (central) — 004 Lemma 4.2."""
+        """Gamma scale ω: 1/α (local) or 1/(n·α) (central) — Imola et al. (EMD) Lemma 4.2."""
         if self.model == "local":
             return 1.0 / self.alpha
         return 1.0 / (self.n_users * self.alpha)
@@ -107,7 +107,7 @@ class PrivEMDLinear:
         return grid_distance(self.noise_scale, self.dim, k)
 
     def cost(self) -> Cost:
-        """α-d_EM-DP, δ = 0 (004 Lemma 4.2): Cost.emd(α) — with respect to d_EM + :meth:`grid_distance`."""
+        """α-d_EM-DP, δ = 0 (Imola et al. (EMD) Lemma 4.2): Cost.emd(α) — with respect to d_EM + :meth:`grid_distance`."""
         return Cost.emd(self.alpha)
 
     def expected_noise_norm(self) -> float:

@@ -1,17 +1,17 @@
-"""The earth mover's distance d_EM between users' multisets (004 §2.2, Def. 2.4; notes/004.md).
+"""The earth mover's distance d_EM between users' multisets (Imola et al. (EMD) §2.2, Def. 2.4; implementation notes on Imola et al. (EMD)).
 
 A user's data is a multiset D over a finite metric domain (X, d_X) with d_X ≤ 1; h(D) is its normalised
 histogram and d_EM(D, D') is the optimal-transport cost between h(D) and h(D') under the ground cost d_X:
 
     d_EM(h, h') = min_{π ∈ Π(h, h')} Σ_{x,y} π(x, y)·d_X(x, y).
 
-For equal sizes the optimum moves every item to one partner (Birkhoff–von Neumann, 004 Lemma 2.1), so
+For equal sizes the optimum moves every item to one partner (Birkhoff–von Neumann, Imola et al. (EMD) Lemma 2.1), so
 d_EM = (1/m)·min_σ Σ_i d_X(x_i, x'_σ(i)) — an assignment problem (scipy ``linear_sum_assignment``). In general it is
 a transport linear programme (scipy ``linprog``/HiGHS). Because d_X is a metric, an optimal plan leaves the
 common mass min(h, h') in place, so only the excess (h − h')₊ has to be moved to (h' − h)₊; we solve that smaller
 programme.
 
-Also here: the clustered metric of 004 §6.2 and the Euclidean projection onto the probability simplex (used to
+Also here: the clustered metric of Imola et al. (EMD) §6.2 and the Euclidean projection onto the probability simplex (used to
 turn an unbiased but possibly negative frequency estimate ĥ into a distribution before measuring d_EM).
 """
 
@@ -44,7 +44,7 @@ def _distance_matrix(dist) -> np.ndarray:
 
 
 def clustered_metric(c: int, g: int, gamma: float) -> np.ndarray:
-    """The clustered metric of 004 §6.2 on k = c·g items: 0 on the diagonal, γ within a cluster, 1 across.
+    """The clustered metric of Imola et al. (EMD) §6.2 on k = c·g items: 0 on the diagonal, γ within a cluster, 1 across.
 
     Item i belongs to cluster i // g. Requires 0 < γ ≤ 1 (then it is a metric with diameter ≤ 1).
     """

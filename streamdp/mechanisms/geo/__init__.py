@@ -1,9 +1,9 @@
-"""Location releases under (concentrated) geo-privacy (paper 003; notes/003.md).
+"""Location releases under (concentrated) geo-privacy (Liang–Yi (CGP); implementation notes on Liang–Yi (CGP)).
 
 Costs are charged in the ``cgp`` notion as ``Cost.cgp(rho)``, ρ per (coordinate unit)² — the unit of the
 coordinates handed in; convert with :func:`streamdp.accounting.cgp.convert_cgp_rho` before adding costs of
 different units.
-ε-GP pieces are charged ε²/2 (003 Lemma 3.6).
+ε-GP pieces are charged ε²/2 (Liang–Yi (CGP) Lemma 3.6).
 """
 
 from streamdp.mechanisms.geo.convex_hull import (

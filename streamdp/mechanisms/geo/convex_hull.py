@@ -1,22 +1,22 @@
-"""Private convex hull under CGP (003 Alg. 4 "PCH", §4.4, Thm 4.16) and the "Basic" baseline.
+"""Private convex hull under CGP (Liang–Yi (CGP) Alg. 4 "PCH", §4.4, Thm 4.16) and the "Basic" baseline.
 
 Budget ρ (per coordinate unit²) for the n-tuple x under dist_∞. A share ``anchor_share`` (paper: one half) is kept
 for releasing the anchors; Alg. 4 runs on the rest, ρ_A = (1 − anchor_share)·ρ:
 
-1. ρ0 = ρ_A/20. Centre c(x) = midpoints of the coordinate ranges, √2-Lipschitz (003 Lemma F.1):
+1. ρ0 = ρ_A/20. Centre c(x) = midpoints of the coordinate ranges, √2-Lipschitz (Liang–Yi (CGP) Lemma F.1):
    c̃ = c(x) + N(0, 3/(2ρ0)·I₂) — Gaussian mechanism at 2ρ0/3 (σ² = 2/(2·2ρ0/3)).
-2. R̃ = max_i ‖x_i − c̃‖ + √(3 log(2/β)/ρ0) + N(0, 3/(2ρ0)) — 1-Lipschitz (003 Lemmas E.1, 4.9), Gaussian at ρ0/3;
+2. R̃ = max_i ‖x_i − c̃‖ + √(3 log(2/β)/ρ0) + N(0, 3/(2ρ0)) — 1-Lipschitz (Liang–Yi (CGP) Lemmas E.1, 4.9), Gaussian at ρ0/3;
    the shift makes the circle (c̃, R̃) enclose x w.p. ≥ 1 − β/2 (Gaussian tail, σ² = 3/(2ρ0)).
 3. k anchors P_j = c̃ + R̃(cos θ_j, sin θ_j), θ_j = 2π(j−1)/k; a_j = PNN(x, P_j, [n], √(2ρ1)) with
    ρ1 = (ρ_A − ρ0)/k (each ρ1-CGP). Steps 1–3 cost 2ρ0/3 + ρ0/3 + k·ρ1 = ρ_A.
-4. Anchor release (003 §4.4 "Finding the convex hull privately"): x̃_a = x_a + N(0, |A|/(2ρ_anchor)·I₂) for each
+4. Anchor release (Liang–Yi (CGP) §4.4 "Finding the convex hull privately"): x̃_a = x_a + N(0, |A|/(2ρ_anchor)·I₂) for each
    distinct a ∈ A (identity query on |A| points, ρ_anchor-CGP); return CONV(x̃_A). Total ρ_A + ρ_anchor = ρ.
 
-k is chosen from released values only (post-processing): k = (R̃·√ρ_A / log(n/β))^{2/3} (003 §4.4 "Setting k",
-ω(x) replaced by R̃), rounded and clipped to [16, 128] (003 §5). n (the tuple size) is public under dist_∞.
+k is chosen from released values only (post-processing): k = (R̃·√ρ_A / log(n/β))^{2/3} (Liang–Yi (CGP) §4.4 "Setting k",
+ω(x) replaced by R̃), rounded and clipped to [16, 128] (Liang–Yi (CGP) §5). n (the tuple size) is public under dist_∞.
 
-Basic (003 §5): CONV of the identity-query release of all n points.
-Quality (003 §5): Jaccard index of the released hull and the true hull (areas of convex polygons, exact).
+Basic (Liang–Yi (CGP) §5): CONV of the identity-query release of all n points.
+Quality (Liang–Yi (CGP) §5): Jaccard index of the released hull and the true hull (areas of convex polygons, exact).
 
 **Published floats on a grid (review 12).** The centre c̃, the radius R̃ and the anchors x̃_A are published (R̃ also
 sets k), so none is x + float noise (Mironov 2012): each is released by
@@ -24,7 +24,7 @@ sets k), so none is x + float noise (Mironov 2012): each is released by
 g = 2^{⌊log2 σ⌋−30}, with the σ above (centre and radius: g0 = g(√(3/(2ρ0))); anchors: the identity query's
 g_A = g(√(|A|/(2ρ_anchor)))). Each piece is then CGP w.r.t. dist + its grid distance: g0 for the centre
 (√2·g0/K with K = √2), g0 for the radius (K = 1), √2·g_A for the anchors; the PNN steps are ε-GP w.r.t. dist.
-Composed (003 Thm 3.2; Σ ρ_i(d + a_i)² ≤ ρ(d + max a_i)²): for x ≠ x', D_α ≤ α·ρ·(dist_∞(x, x') + a)² with
+Composed (Liang–Yi (CGP) Thm 3.2; Σ ρ_i(d + a_i)² ≤ ρ(d + max a_i)²): for x ≠ x', D_α ≤ α·ρ·(dist_∞(x, x') + a)² with
 a = max(g0, √2·g_A) ≤ 2⁻³⁰·max(σ0, √2·σ_A). The cost charged is ρ (unchanged); a is stated next to it. PNN's Laplace
 threshold and the SVT noise stay float: only the outcome of their comparisons (an index, never published) is
 used (see :func:`streamdp.mechanisms.geo.pnn._pnn_on_distances`).
@@ -79,13 +79,13 @@ def _points2(points) -> np.ndarray:
 
 
 def midpoint_center(points) -> np.ndarray:
-    """c(x): midpoints of the coordinate ranges, √2-Lipschitz under dist_∞ (003 Lemma F.1)."""
+    """c(x): midpoints of the coordinate ranges, √2-Lipschitz under dist_∞ (Liang–Yi (CGP) Lemma F.1)."""
     x = _points2(points)
     return 0.5 * (x.min(axis=0) + x.max(axis=0))
 
 
 def choose_k(radius: float, rho: float, n: int, beta: float, k_range: tuple[int, int] = (16, 128)) -> int:
-    """k = (R̃·√ρ/log(n/β))^{2/3}, rounded, clipped to ``k_range`` (003 §4.4 "Setting k", §5)."""
+    """k = (R̃·√ρ/log(n/β))^{2/3}, rounded, clipped to ``k_range`` (Liang–Yi (CGP) §4.4 "Setting k", §5)."""
     lo, hi = int(k_range[0]), int(k_range[1])
     if not (1 <= lo <= hi):
         raise ValueError(f"k_range must satisfy 1 ≤ lo ≤ hi, got {k_range!r}")
@@ -95,7 +95,7 @@ def choose_k(radius: float, rho: float, n: int, beta: float, k_range: tuple[int,
 
 
 def pch_cost(rho: float) -> Cost:
-    """ρ-CGP for the whole release (003 Thm 4.16): Cost.cgp(ρ), ρ per coordinate unit²."""
+    """ρ-CGP for the whole release (Liang–Yi (CGP) Thm 4.16): Cost.cgp(ρ), ρ per coordinate unit²."""
     return Cost.cgp(_pos(rho, "rho"))
 
 
@@ -110,9 +110,9 @@ def private_convex_hull(
     gamma0_factor: float = 0.0,
     max_cycles: int = 1000,
 ) -> PCHResult:
-    """ρ-CGP private convex hull of 2-D points (003 Alg. 4 + anchor release; module docstring).
+    """ρ-CGP private convex hull of 2-D points (Liang–Yi (CGP) Alg. 4 + anchor release; module docstring).
 
-    ``gamma0_factor`` c: every PNN uses γ0 = c/√(2ρ1) (0 = 003 Thm 4.11).
+    ``gamma0_factor`` c: every PNN uses γ0 = c/√(2ρ1) (0 = Liang–Yi (CGP) Thm 4.11).
     """
     x = _points2(points)
     rho = _pos(rho, "rho")
@@ -139,7 +139,7 @@ def private_convex_hull(
         raise ValueError(f"k must be a positive integer, got {k!r}")
     k = int(k)
     rho1 = (rho_a - rho0) / k
-    eps1 = math.sqrt(2.0 * rho1)  # ε1-GP ⇒ ρ1-CGP (003 Lemma 3.6)
+    eps1 = math.sqrt(2.0 * rho1)  # ε1-GP ⇒ ρ1-CGP (Liang–Yi (CGP) Lemma 3.6)
     g0 = float(gamma0_factor) / eps1
     theta = 2.0 * math.pi * np.arange(k) / k
     anchors_p = c_t + max(r_t, 0.0) * np.column_stack([np.cos(theta), np.sin(theta)])
@@ -154,7 +154,7 @@ def private_convex_hull(
 
 
 def basic_convex_hull(rng: np.random.Generator, points, rho: float | None = None, epsilon: float | None = None):
-    """Baseline (003 §5): CONV of all n points released by the ρ-CGP (or ε-GP) identity query."""
+    """Baseline (Liang–Yi (CGP) §5): CONV of all n points released by the ρ-CGP (or ε-GP) identity query."""
     x = _points2(points)
     if (rho is None) == (epsilon is None):
         raise ValueError("give exactly one of rho (CGP) or epsilon (GP)")
@@ -217,7 +217,7 @@ def convex_intersection(subject, clip) -> np.ndarray:
 
 
 def hull_jaccard(hull_a, hull_b) -> float:
-    """Jaccard index μ(A ∩ B)/μ(A ∪ B) of two convex polygons (counter-clockwise vertices) — 003 §5."""
+    """Jaccard index μ(A ∩ B)/μ(A ∪ B) of two convex polygons (counter-clockwise vertices) — Liang–Yi (CGP) §5."""
     area_a, area_b = polygon_area(hull_a), polygon_area(hull_b)
     inter = polygon_area(convex_intersection(hull_a, hull_b))
     union = area_a + area_b - inter

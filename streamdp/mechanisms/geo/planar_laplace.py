@@ -1,16 +1,16 @@
-"""Planar Laplace under geo-privacy (003 Lemma 2.6, App. A; Andrés et al. 2013) and the GP identity query
-(003 Thm 4.6).
+"""Planar Laplace under geo-privacy (Liang–Yi (CGP) Lemma 2.6, App. A; Andrés et al. 2013) and the GP identity query
+(Liang–Yi (CGP) Thm 4.6).
 
-ε-GP (003 Def. 2): Pr[M(x) ∈ S] ≤ e^{ε·dist(x, x')}·Pr[M(x') ∈ S]; ε is per distance unit of the coordinates.
-For g K-Lipschitz into (ℝ², ‖·‖₂), drawing y with density ∝ exp(−(ε/K)‖y − g(x)‖) is ε-GP (003 Lemma 2.6): the
+ε-GP (Liang–Yi (CGP) Def. 2): Pr[M(x) ∈ S] ≤ e^{ε·dist(x, x')}·Pr[M(x') ∈ S]; ε is per distance unit of the coordinates.
+For g K-Lipschitz into (ℝ², ‖·‖₂), drawing y with density ∝ exp(−(ε/K)‖y − g(x)‖) is ε-GP (Liang–Yi (CGP) Lemma 2.6): the
 density ratio at any y is ≤ exp((ε/K)‖g(x) − g(x')‖) ≤ exp(ε·dist(x, x')). The noise radius is
 Gamma(shape 2, scale K/ε), the angle uniform (:func:`samplers.planar_laplace`) — the continuous law; the releases
 below use its lattice version on a fine grid (next-but-one paragraph).
 
-GP identity query on n points under dist_∞ (003 Thm 4.6): every point gets planar Laplace with ε/n; basic
-composition (003 Lemma 2.7) makes the tuple ε-GP. GP admits no advanced composition (003 Thm 3.5).
+GP identity query on n points under dist_∞ (Liang–Yi (CGP) Thm 4.6): every point gets planar Laplace with ε/n; basic
+composition (Liang–Yi (CGP) Lemma 2.7) makes the tuple ε-GP. GP admits no advanced composition (Liang–Yi (CGP) Thm 3.5).
 
-Accounting: streamdp charges geo releases in the ``cgp`` notion; an ε-GP mechanism is ε²/2-CGP (003 Lemma 3.6),
+Accounting: streamdp charges geo releases in the ``cgp`` notion; an ε-GP mechanism is ε²/2-CGP (Liang–Yi (CGP) Lemma 3.6),
 so the cost is Cost.cgp(ε²/2) with ε per (coordinate unit).
 
 **On a grid (review 12).** x + planar-Laplace noise computed in float64 leaks through its low bits (Mironov 2012;
@@ -26,7 +26,7 @@ scale, γ = 2^{⌊log2 s⌋−36} (the grid; g is the query above). **Guarantee*
   (Π_i exp((ε/n)(‖x_i − x'_i‖ + √2·γ)) ≤ exp(ε(dist_∞ + √2·γ))).
 
 a ≤ √2·2⁻³⁶·s/K, about 2·10⁻¹¹ of the noise scale (:meth:`grid_distance`). The cost charged is unchanged,
-Cost.cgp(ε²/2): ε-GP ⇒ ε²/2-CGP (003 Lemma 3.6) holds for any metric, here dist + a (0 at x = x'), so the cgp
+Cost.cgp(ε²/2): ε-GP ⇒ ε²/2-CGP (Liang–Yi (CGP) Lemma 3.6) holds for any metric, here dist + a (0 at x = x'), so the cgp
 cost too is with respect to dist + a — as for the Gaussian releases (:mod:`streamdp.mechanisms.granular_gaussian`).
 """
 
@@ -44,12 +44,12 @@ __all__ = ["PlanarLaplaceGP", "IdentityQueryGP", "gp_cost"]
 
 
 def gp_cost(epsilon: float) -> Cost:
-    """An ε-GP mechanism is ε²/2-CGP (003 Lemma 3.6): Cost.cgp(ε²/2) (ε per unit ⇒ ρ per unit²)."""
+    """An ε-GP mechanism is ε²/2-CGP (Liang–Yi (CGP) Lemma 3.6): Cost.cgp(ε²/2) (ε per unit ⇒ ρ per unit²)."""
     return Cost.cgp(gp_to_cgp(_pos(epsilon, "epsilon")))
 
 
 class PlanarLaplaceGP:
-    """f(x) + planar Laplace with density ∝ exp(−(ε/K)‖z‖) (003 Lemma 2.6), for a K-Lipschitz f: X → ℝ² (the
+    """f(x) + planar Laplace with density ∝ exp(−(ε/K)‖z‖) (Liang–Yi (CGP) Lemma 2.6), for a K-Lipschitz f: X → ℝ² (the
     caller passes f(x)), released on the grid γ·ℤ², γ = granularity(K/ε), with the lattice ℓ2-Laplace: ε-GP with
     respect to dist + √2·γ/K (module docstring)."""
 
@@ -77,8 +77,8 @@ class PlanarLaplaceGP:
 
 
 class IdentityQueryGP:
-    """Privatise an n-tuple of 2-D points under dist_∞: planar Laplace with ε/n on every point (003 Thm 4.6), on the
-    grid g(n/ε)·ℤ² — ε-GP with respect to dist_∞ + √2·g(n/ε) (module docstring). E‖x̃_i − x_i‖ = 2n/ε (003 Cor.
+    """Privatise an n-tuple of 2-D points under dist_∞: planar Laplace with ε/n on every point (Liang–Yi (CGP) Thm 4.6), on the
+    grid g(n/ε)·ℤ² — ε-GP with respect to dist_∞ + √2·g(n/ε) (module docstring). E‖x̃_i − x_i‖ = 2n/ε (Liang–Yi (CGP) Cor.
     A.1; to a relative 2⁻³⁶ on the grid)."""
 
     def __init__(self, epsilon: float):
@@ -93,7 +93,7 @@ class IdentityQueryGP:
         return 2.0 / self.per_point_epsilon(n)
 
     def cost(self) -> Cost:
-        """ε-GP ⇒ ε²/2-CGP (003 Thm 4.6, Lemma 3.6)."""
+        """ε-GP ⇒ ε²/2-CGP (Liang–Yi (CGP) Thm 4.6, Lemma 3.6)."""
         return gp_cost(self.epsilon)
 
     def release(self, rng: np.random.Generator, points) -> np.ndarray:

@@ -1,20 +1,20 @@
-"""Private nearest neighbours under geo-privacy: PNN (003 Alg. 2), k-PNN (003 Alg. 3) and the "Basic" baseline.
+"""Private nearest neighbours under geo-privacy: PNN (Liang–Yi (CGP) Alg. 2), k-PNN (Liang–Yi (CGP) Alg. 3) and the "Basic" baseline.
 
-Input: a tuple x = (x_1, …, x_n) of points (dist_∞ between tuples, 003 §4), a public query point p.
-g_i(x; p) = ‖x_i − p‖ is 1-Lipschitz and so is h(x_I; p) = min_{i∈I} g_i (003 Lemma 4.9).
+Input: a tuple x = (x_1, …, x_n) of points (dist_∞ between tuples, Liang–Yi (CGP) §4), a public query point p.
+g_i(x; p) = ‖x_i − p‖ is 1-Lipschitz and so is h(x_I; p) = min_{i∈I} g_i (Liang–Yi (CGP) Lemma 4.9).
 
-**PNN(x, p, I, ε; γ0)** (003 Alg. 2): T = h(x_I; p) + Z + γ0 with Z ~ Lap(3/ε) (ε/3-GP), then
+**PNN(x, p, I, ε; γ0)** (Liang–Yi (CGP) Alg. 2): T = h(x_I; p) + Z + γ0 with Z ~ Lap(3/ε) (ε/3-GP), then
 SVT(2ε/3, T, K = 1) over g_{I[0]}, g_{I[1]}, …, cycling through I with fresh query noise at each visit
-(2ε/3-GP, 003 Thm D.1); return I[t mod m]. Total ε-GP (basic composition, 003 Lemma 2.7) ⇒ ε²/2-CGP.
-γ0 ≥ 0 trades error for running time: γ0 = γ (003 Thm 4.10) halts within the first cycle w.p. ≥ 1 − β;
+(2ε/3-GP, Liang–Yi (CGP) Thm D.1); return I[t mod m]. Total ε-GP (basic composition, Liang–Yi (CGP) Lemma 2.7) ⇒ ε²/2-CGP.
+γ0 ≥ 0 trades error for running time: γ0 = γ (Liang–Yi (CGP) Thm 4.10) halts within the first cycle w.p. ≥ 1 − β;
 γ0 = 0 (Thm 4.11) runs in expected O(m); γ0 < 0 (the paper's experiments) can take exponentially long, so the
 SVT is capped at ``max_cycles``·m steps and, if it never halts, PNN returns a uniformly random index of I — the SVT
 output ⊥^cap is covered by its privacy proof and the fallback is data-independent post-processing.
 
-**k-PNN** (003 Alg. 3): k PNN calls at ε_j = √(2ρ/k) (ρ/k-CGP each) removing each found index: ρ-CGP
-(003 Thm 3.2). The ε-GP variant uses ε/k per call. Returns indices only.
+**k-PNN** (Liang–Yi (CGP) Alg. 3): k PNN calls at ε_j = √(2ρ/k) (ρ/k-CGP each) removing each found index: ρ-CGP
+(Liang–Yi (CGP) Thm 3.2). The ε-GP variant uses ε/k per call. Returns indices only.
 
-**Basic** (003 §5): privatise all n points with the identity query (ρ-CGP or ε-GP) and take the exact kNN of the
+**Basic** (Liang–Yi (CGP) §5): privatise all n points with the identity query (ρ-CGP or ε-GP) and take the exact kNN of the
 noisy points.
 
 Units: ε per coordinate unit, ρ per coordinate unit².
@@ -74,7 +74,7 @@ def _query_point(p, d: int) -> np.ndarray:
 
 
 def theorem_4_10_gamma(epsilon: float, m: int, beta: float) -> float:
-    """γ = γ1 + γ2 of 003 Thm 4.10: γ1 = (3/ε)(√(2 log((m+1)/β)) + log((m+1)/β)), γ2 = (6/ε) log((m+1)/β)."""
+    """γ = γ1 + γ2 of Liang–Yi (CGP) Thm 4.10: γ1 = (3/ε)(√(2 log((m+1)/β)) + log((m+1)/β)), γ2 = (6/ε) log((m+1)/β)."""
     epsilon = _pos(epsilon, "epsilon")
     if not (0.0 < float(beta) < 1.0):
         raise ValueError(f"beta must lie in (0, 1), got {beta!r}")
@@ -83,7 +83,7 @@ def theorem_4_10_gamma(epsilon: float, m: int, beta: float) -> float:
 
 
 def pnn_cost(epsilon: float) -> Cost:
-    """PNN is ε-GP (ε/3 for T, 2ε/3 for the SVT; 003 §4.3) ⇒ Cost.cgp(ε²/2) (003 Lemma 3.6)."""
+    """PNN is ε-GP (ε/3 for T, 2ε/3 for the SVT; Liang–Yi (CGP) §4.3) ⇒ Cost.cgp(ε²/2) (Liang–Yi (CGP) Lemma 3.6)."""
     return gp_cost(epsilon)
 
 
@@ -113,9 +113,9 @@ def pnn(
     beta: float = 0.05,
     max_cycles: int = 1000,
 ) -> PNNResult:
-    """003 Alg. 2: ε-GP private nearest neighbour of ``p`` among ``points[indices]`` (all points by default).
+    """Liang–Yi (CGP) Alg. 2: ε-GP private nearest neighbour of ``p`` among ``points[indices]`` (all points by default).
 
-    ``gamma0``: a distance (may be negative) or ``"thm4.10"`` for γ of 003 Thm 4.10 at failure probability β.
+    ``gamma0``: a distance (may be negative) or ``"thm4.10"`` for γ of Liang–Yi (CGP) Thm 4.10 at failure probability β.
     """
     x = _points(points)
     q = _query_point(p, x.shape[1])
@@ -141,7 +141,7 @@ def pnn(
 
 
 def k_pnn_epsilon(k: int, rho: float | None = None, epsilon: float | None = None) -> float:
-    """Per-call PNN budget: √(2ρ/k) (CGP version, 003 Alg. 3) or ε/k (GP version)."""
+    """Per-call PNN budget: √(2ρ/k) (CGP version, Liang–Yi (CGP) Alg. 3) or ε/k (GP version)."""
     if (rho is None) == (epsilon is None):
         raise ValueError("give exactly one of rho (CGP) or epsilon (GP)")
     if isinstance(k, bool) or int(k) != k or int(k) < 1:
@@ -152,7 +152,7 @@ def k_pnn_epsilon(k: int, rho: float | None = None, epsilon: float | None = None
 
 
 def k_pnn_cost(k: int, rho: float | None = None, epsilon: float | None = None) -> Cost:
-    """k calls of PNN at ε_j: Σ ε_j²/2 CGP = ρ (CGP version) or ε-GP ⇒ ε²/2 (GP version) — 003 Alg. 3, Thm 3.2."""
+    """k calls of PNN at ε_j: Σ ε_j²/2 CGP = ρ (CGP version) or ε-GP ⇒ ε²/2 (GP version) — Liang–Yi (CGP) Alg. 3, Thm 3.2."""
     k_pnn_epsilon(k, rho, epsilon)  # validation
     if rho is not None:
         return Cost.cgp(float(rho))
@@ -169,7 +169,7 @@ def k_pnn(
     gamma0_factor: float = 0.0,
     max_cycles: int = 1000,
 ) -> np.ndarray:
-    """003 Alg. 3: indices (in the order found) of k private nearest neighbours of ``p``.
+    """Liang–Yi (CGP) Alg. 3: indices (in the order found) of k private nearest neighbours of ``p``.
 
     Exactly one of ``rho`` (ρ-CGP; per call √(2ρ/k)-GP) or ``epsilon`` (ε-GP; per call ε/k).
     ``gamma0_factor`` c sets γ0 = c/ε_j in every call (0: Thm 4.11; the paper's experiments use c = −6).
@@ -196,7 +196,7 @@ def k_pnn(
 def basic_knn(
     rng: np.random.Generator, points, p, k: int, rho: float | None = None, epsilon: float | None = None
 ) -> np.ndarray:
-    """Baseline (003 §5 "Basic"): noisy copy of all points (ρ-CGP Gaussian or ε-GP planar Laplace identity
+    """Baseline (Liang–Yi (CGP) §5 "Basic"): noisy copy of all points (ρ-CGP Gaussian or ε-GP planar Laplace identity
     query), then the exact k nearest noisy points. Cost: Cost.cgp(ρ) or gp_cost(ε)."""
     x = _points(points)
     q = _query_point(p, x.shape[1])
@@ -212,7 +212,7 @@ def basic_knn(
 
 
 def knn_distance_ratio(points, p, found) -> float:
-    """Quality of a kNN answer (003 §5): Σ distances of the returned points / Σ distances of the true kNN (≥ 1)."""
+    """Quality of a kNN answer (Liang–Yi (CGP) §5): Σ distances of the returned points / Σ distances of the true kNN (≥ 1)."""
     x = _points(points)
     q = _query_point(p, x.shape[1])
     found = np.asarray(found, dtype=np.int64)

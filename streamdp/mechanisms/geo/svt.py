@@ -1,12 +1,12 @@
-"""The sparse vector technique under geo-privacy (003 Alg. 1, Thm D.1).
+"""The sparse vector technique under geo-privacy (Liang–Yi (CGP) Alg. 1, Thm D.1).
 
 Input: K-Lipschitz queries g_1, g_2, … (real-valued, K w.r.t. the input metric), a threshold T, a budget ε.
 
     ε1 = ε2 = ε/2;  W ~ Lap(K/ε1) once;  for j = 1, 2, …: V_j ~ Lap(2K/ε2);
     halt with ⊤ at the first j with g_j(x) + V_j ≤ T + W, else output ⊥.
 
-The whole run — however many ⊥ precede the ⊤, or if it never halts — is ε-GP (003 Thm D.1), hence ε²/2-CGP
-(003 Lemma 3.6). ε is per distance unit of the input coordinates.
+The whole run — however many ⊥ precede the ⊤, or if it never halts — is ε-GP (Liang–Yi (CGP) Thm D.1), hence ε²/2-CGP
+(Liang–Yi (CGP) Lemma 3.6). ε is per distance unit of the input coordinates.
 
 Implementation: the query answers are handed in as an array (the caller computes g_j(x)); noise is drawn in
 vectorised blocks; ``cycle=True`` visits the answers cyclically (g'_l = g_{(l−1) mod m}, as PNN needs), with fresh
@@ -47,7 +47,7 @@ class SVTResult:
 
 
 class SparseVectorGP:
-    """003 Alg. 1 with budget ε (ε-GP ⇒ ε²/2-CGP). ``lipschitz`` is K of every query."""
+    """Liang–Yi (CGP) Alg. 1 with budget ε (ε-GP ⇒ ε²/2-CGP). ``lipschitz`` is K of every query."""
 
     def __init__(self, epsilon: float, lipschitz: float = 1.0):
         self.epsilon = _pos(epsilon, "epsilon")
@@ -64,7 +64,7 @@ class SparseVectorGP:
         return 2.0 * self.lipschitz / (self.epsilon / 2.0)
 
     def cost(self) -> Cost:
-        """ε-GP for the whole run (003 Thm D.1) ⇒ Cost.cgp(ε²/2) (003 Lemma 3.6)."""
+        """ε-GP for the whole run (Liang–Yi (CGP) Thm D.1) ⇒ Cost.cgp(ε²/2) (Liang–Yi (CGP) Lemma 3.6)."""
         return Cost.cgp(self.epsilon**2 / 2.0)
 
     def run(

@@ -1,14 +1,14 @@
-"""User-level per-grid means (002: "Mean estimation with user-level privacy on multi-dimensional IoT datasets").
+"""User-level per-grid means (Rameshwar–Tandon (IoT means): "Mean estimation with user-level privacy on multi-dimensional IoT datasets").
 
 A *grid* is a (cell, window) pair; the input is each present user's values in [0, U]. Five pure ε-DP
 estimators share ``estimate(values_by_user, rng) -> float`` and ``cost(epsilon) -> Cost`` (ε²/2 zCDP, charged
-only to ``users_charged(values_by_user)`` — 002 Thm II.3):
+only to ``users_charged(values_by_user)`` — Rameshwar–Tandon (IoT means) Thm II.3):
 
 * :class:`Baseline` (§III-B), :class:`ArrayAveraging` (§III-C), :class:`Levy` (§III-D),
   :class:`FixedQuantile` and :class:`OptimizedQuantile` (§III-E);
 * building blocks: m_UB rules (:mod:`.clipping`), WrapAround/BestFit grouping (:mod:`.array_averaging`),
   PrivateInterval (:mod:`.private_interval`), Smith's private quantiles (:mod:`.interquantile`);
-* :mod:`.synthetic`: the ITMS-profile check data of 002 §IV.
+* :mod:`.synthetic`: the ITMS-profile check data of Rameshwar–Tandon (IoT means) §IV.
 """
 
 from streamdp.mechanisms.grid_means.array_averaging import (

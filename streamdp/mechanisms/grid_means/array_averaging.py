@@ -1,17 +1,17 @@
-"""Grouping samples into arrays of length m_UB (002 §III-A, Alg. 1 WrapAround and Alg. 2 BestFit) and the
-array-averaging statistic f_arr = (1/K)·Σ_i Ā_i (002 §III-C).
+"""Grouping samples into arrays of length m_UB (Rameshwar–Tandon (IoT means) §III-A, Alg. 1 WrapAround and Alg. 2 BestFit) and the
+array-averaging statistic f_arr = (1/K)·Σ_i Ā_i (Rameshwar–Tandon (IoT means) §III-C).
 
 Both strategies sort the users by non-increasing count (ties: input order), keep each user's first
 r_ℓ = min(m_ℓ, m_UB) samples, and fill arrays of capacity m_UB:
 
 * **WrapAround** (Alg. 1) fills the arrays contiguously; a user may straddle two consecutive arrays. Only the
   K = ⌊Σ_ℓ min(m_ℓ, m_UB) / m_UB⌋ full arrays are kept (eq. (5)); the samples of a final partial array are
-  dropped. Sensitivity of f_arr,wrap: Δ = 2U/K (002 §III-C, "one user influencing two arrays").
+  dropped. Sensitivity of f_arr,wrap: Δ = 2U/K (Rameshwar–Tandon (IoT means) §III-C, "one user influencing two arrays").
 * **BestFit** (Alg. 2) places each user's r_ℓ samples whole into the fullest array that still has room
-  (least index on ties), opening a new array when none fits. K̄ ≥ K non-empty arrays (002 §III-A2); each user is
-  in exactly one array, so the sensitivity of f_arr,best is Δ = U/K̄ (002 eq. (6)).
+  (least index on ties), opening a new array when none fits. K̄ ≥ K non-empty arrays (Rameshwar–Tandon (IoT means) §III-A2); each user is
+  in exactly one array, so the sensitivity of f_arr,best is Δ = U/K̄ (Rameshwar–Tandon (IoT means) eq. (6)).
 
-Everything here is a function of the counts only (public, notes/002.md) except :func:`array_means`.
+Everything here is a function of the counts only (public, implementation notes on Rameshwar–Tandon (IoT means)) except :func:`array_means`.
 
 Erratum (noted, not applied): every WrapAround array is full (w = m_UB) and a user's r₁ + r₂ ≤ m_UB samples
 move the two array means by at most U·r₁/m_UB and U·r₂/m_UB, so f_arr,wrap actually has sensitivity U/K; the
@@ -49,8 +49,8 @@ __all__ = [
 
 Grouping = Literal["bestfit", "wraparound"]
 
-WRAPAROUND_ARRAYS_PER_USER = 2  # 002 §III-C: a user may influence two arrays
-BESTFIT_ARRAYS_PER_USER = 1  # 002 §III-A2: a user is in exactly one array
+WRAPAROUND_ARRAYS_PER_USER = 2  # Rameshwar–Tandon (IoT means) §III-C: a user may influence two arrays
+BESTFIT_ARRAYS_PER_USER = 1  # Rameshwar–Tandon (IoT means) §III-A2: a user is in exactly one array
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,17 +85,17 @@ def _offsets(counts: np.ndarray) -> np.ndarray:
 
 
 def _sorted_users(counts: np.ndarray) -> np.ndarray:
-    """Users by non-increasing count, ties in input order (002 §III-A: m_1 ≥ m_2 ≥ … ≥ m_L)."""
+    """Users by non-increasing count, ties in input order (Rameshwar–Tandon (IoT means) §III-A: m_1 ≥ m_2 ≥ … ≥ m_L)."""
     return np.argsort(-counts, kind="stable")
 
 
 def wraparound_num_arrays(counts, m_ub: int) -> int:
-    """K = ⌊Σ_ℓ min(m_ℓ, m_UB) / m_UB⌋ (002 eq. (5))."""
+    """K = ⌊Σ_ℓ min(m_ℓ, m_UB) / m_UB⌋ (Rameshwar–Tandon (IoT means) eq. (5))."""
     return int(clipped_counts(counts, m_ub).sum() // int(m_ub))
 
 
 def wraparound_plan(counts, m_ub: int) -> GroupingPlan:
-    """002 Alg. 1 (WrapAround)."""
+    """Rameshwar–Tandon (IoT means) Alg. 1 (WrapAround)."""
     counts = np.asarray(counts, dtype=np.int64)
     r = clipped_counts(counts, m_ub)
     order = _sorted_users(counts)
@@ -107,7 +107,7 @@ def wraparound_plan(counts, m_ub: int) -> GroupingPlan:
 
 
 def best_fit_assignment(counts, m_ub: int) -> tuple[np.ndarray, int]:
-    """002 Alg. 2 (BestFit): the array index (0-based, in opening order) of every user, and K̄.
+    """Rameshwar–Tandon (IoT means) Alg. 2 (BestFit): the array index (0-based, in opening order) of every user, and K̄.
 
     Users are taken by non-increasing count; user ℓ's r = min(m_ℓ, m_UB) samples go to the array A with
     m_UB − w(A) ≥ r and w(A) maximal, least index on ties (Alg. 2 lines 4–5); an empty array is opened when no
@@ -144,7 +144,7 @@ def best_fit_assignment(counts, m_ub: int) -> tuple[np.ndarray, int]:
 
 
 def best_fit_plan(counts, m_ub: int) -> GroupingPlan:
-    """002 Alg. 2 (BestFit) as a plan over the concatenated values (each user's first r_ℓ samples)."""
+    """Rameshwar–Tandon (IoT means) Alg. 2 (BestFit) as a plan over the concatenated values (each user's first r_ℓ samples)."""
     counts = np.asarray(counts, dtype=np.int64)
     r = clipped_counts(counts, m_ub)
     assign, k_bar = best_fit_assignment(counts, m_ub)
@@ -162,12 +162,12 @@ def make_plan(counts, m_ub: int, grouping: Grouping) -> GroupingPlan:
 
 
 def array_means(values: np.ndarray, plan: GroupingPlan) -> np.ndarray:
-    """Ā_i = (1/w(A_i))·Σ_j A_i(j) for every array of the plan (002 §III-C)."""
+    """Ā_i = (1/w(A_i))·Σ_j A_i(j) for every array of the plan (Rameshwar–Tandon (IoT means) §III-C)."""
     v = np.asarray(values, dtype=np.float64)[plan.sample_index]
     sums = np.bincount(plan.sample_array, weights=v, minlength=plan.n_arrays)
     return sums / plan.fill()
 
 
 def array_averaging_sensitivity(upper: float, plan: GroupingPlan) -> float:
-    """Δ f_arr: 2U/K for WrapAround, U/K̄ for BestFit (002 §III-C, eq. (6))."""
+    """Δ f_arr: 2U/K for WrapAround, U/K̄ for BestFit (Rameshwar–Tandon (IoT means) §III-C, eq. (6))."""
     return plan.arrays_per_user * float(upper) / plan.n_arrays

@@ -1,12 +1,12 @@
-"""Choosing m_UB, the number of samples a user keeps in a grid (002 §III, "clipping the number of samples").
+"""Choosing m_UB, the number of samples a user keeps in a grid (Rameshwar–Tandon (IoT means) §III, "clipping the number of samples").
 
-Each user keeps min(m_ℓ, m_UB) of their m_ℓ samples, with m_* ≤ m_UB ≤ m* (002 §III). Two public rules, both
-functions of the counts only (counts are public: notes/002.md), so the choice costs no privacy:
+Each user keeps min(m_ℓ, m_UB) of their m_ℓ samples, with m_* ≤ m_UB ≤ m* (Rameshwar–Tandon (IoT means) §III). Two public rules, both
+functions of the counts only (counts are public: implementation notes on Rameshwar–Tandon (IoT means)), so the choice costs no privacy:
 
-* ``"median"`` — m_UB = med(m_1, …, m_L) (002 Lemma III.2: the gain Δ_f / Δ̃_{f_arr} is ≥ OPT/2). For an even
+* ``"median"`` — m_UB = med(m_1, …, m_L) (Rameshwar–Tandon (IoT means) Lemma III.2: the gain Δ_f / Δ̃_{f_arr} is ≥ OPT/2). For an even
   number of users the *lower* median (the ⌈L/2⌉-th smallest count) is used, so that m_UB is one of the counts
   and an integer; at least ⌈L/2⌉ users have m_ℓ ≥ m_UB, which is what the proof of Lemma III.2 needs.
-* ``"eq10"`` — m_UB = argmax_{m_* ≤ m ≤ m*} Σ_ℓ min(m_ℓ, m) / √m (002 eq. (10), the heuristic for Levy and
+* ``"eq10"`` — m_UB = argmax_{m_* ≤ m ≤ m*} Σ_ℓ min(m_ℓ, m) / √m (Rameshwar–Tandon (IoT means) eq. (10), the heuristic for Levy and
   Quantile: it maximises K̄·√m in the sensitivity (9)). Solved exactly over the integers (all m in [m_*, m*],
   O(m* + L log L)); ties go to the smallest m.
 * an integer — a fixed m_UB from the configuration, capped at m* (a larger value keeps the same samples).
@@ -32,13 +32,13 @@ def _counts(counts) -> np.ndarray:
 
 
 def median_m_ub(counts) -> int:
-    """Lower median of the counts: the ⌈L/2⌉-th smallest (002 Lemma III.2)."""
+    """Lower median of the counts: the ⌈L/2⌉-th smallest (Rameshwar–Tandon (IoT means) Lemma III.2)."""
     c = np.sort(_counts(counts))
     return int(c[(c.size - 1) // 2])
 
 
 def eq10_objective(counts, m) -> np.ndarray:
-    """Σ_ℓ min(m_ℓ, m) / √m for every m in the array ``m`` (002 eq. (10))."""
+    """Σ_ℓ min(m_ℓ, m) / √m for every m in the array ``m`` (Rameshwar–Tandon (IoT means) eq. (10))."""
     c = np.sort(_counts(counts))
     m = np.asarray(m, dtype=np.int64)
     prefix = np.concatenate([[0], np.cumsum(c)])
@@ -48,7 +48,7 @@ def eq10_objective(counts, m) -> np.ndarray:
 
 
 def eq10_m_ub(counts) -> int:
-    """argmax over the integers m_* ≤ m ≤ m* of Σ_ℓ min(m_ℓ, m)/√m (002 eq. (10)); smallest m on ties."""
+    """argmax over the integers m_* ≤ m ≤ m* of Σ_ℓ min(m_ℓ, m)/√m (Rameshwar–Tandon (IoT means) eq. (10)); smallest m on ties."""
     c = _counts(counts)
     m = np.arange(int(c.min()), int(c.max()) + 1, dtype=np.int64)
     return int(m[int(np.argmax(eq10_objective(c, m)))])

@@ -1,25 +1,25 @@
 """One grid's input: the values of every user present in a (cell, window) pair, validated and concatenated.
 
-002 §II-C: user ℓ contributes ^g m_ℓ samples S_ℓ^(j) ∈ [0, U] to grid g; the grid's users are
-^gℒ = {ℓ : ^g m_ℓ > 0}. streamdp's grid is a (cell, window) pair (notes/002.md).
+Rameshwar–Tandon (IoT means) §II-C: user ℓ contributes ^g m_ℓ samples S_ℓ^(j) ∈ [0, U] to grid g; the grid's users are
+^gℒ = {ℓ : ^g m_ℓ > 0}. streamdp's grid is a (cell, window) pair (implementation notes on Rameshwar–Tandon (IoT means)).
 
 Validation (the contract every grid-means estimator relies on):
 
 * a value outside [0, U] is **clipped** to the nearest end (post-processing of the user's own data, so the
   sensitivity bounds that assume values in [0, U] hold); U comes from the query's configuration;
-* NaN or ±inf → ``ValueError`` (DESIGN.md §6 sends non-finite values to the dead-letter topic long before a
+* NaN or ±inf → ``ValueError`` (docs/contract.md §6 sends non-finite values to the dead-letter topic long before a
   mechanism sees them; reaching one here is a bug in the caller);
-* a user with no values is not in the grid (002's ^gℒ): dropped, and not charged;
+* a user with no values is not in the grid (Rameshwar–Tandon (IoT means)'s ^gℒ): dropped, and not charged;
 * a grid with no values at all → ``ValueError``.
 
-Counts are public (notes/002.md: bounded DP — neighbouring datasets have the same users with the same numbers of
+Counts are public (implementation notes on Rameshwar–Tandon (IoT means): bounded DP — neighbouring datasets have the same users with the same numbers of
 samples; only values change). Everything the estimators derive from :attr:`GridValues.counts` (m_UB, the arrays
 of WrapAround/BestFit, K, K̄, τ) is therefore data-independent for the privacy analysis.
 
 Layout: ``values`` is the float64 concatenation of the users' values in input order, user ``k`` owning
 ``values[offsets[k]:offsets[k + 1]]`` (``offsets`` has ``n_users + 1`` entries, ``counts = diff(offsets)``).
 Within a user, the input order is kept: the clipping strategies keep a user's *first* min(m_ℓ, m_UB) values
-(002 Alg. 1/2), so a caller that prefers a uniformly random subset shuffles each user's values first.
+(Rameshwar–Tandon (IoT means) Alg. 1/2), so a caller that prefers a uniformly random subset shuffles each user's values first.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ __all__ = ["GridValues", "as_grid_values", "check_upper", "check_epsilon"]
 
 
 def check_upper(upper: float) -> float:
-    """U, the public upper bound of the values (002 §II-C: S ∈ [0, U]); finite and > 0."""
+    """U, the public upper bound of the values (Rameshwar–Tandon (IoT means) §II-C: S ∈ [0, U]); finite and > 0."""
     try:
         u = float(upper)
     except (TypeError, ValueError):

@@ -1,16 +1,16 @@
-"""The five user-level mean estimators of 002 for one grid (a (cell, window) pair), each pure ε-DP.
+"""The five user-level mean estimators of Rameshwar–Tandon (IoT means) for one grid (a (cell, window) pair), each pure ε-DP.
 
 =====================  ==========================================================================================
-``Baseline``           μ + Lap(Δ/ε), Δ = U·m*/Σ_ℓ m_ℓ (002 §III-B)
-``ArrayAveraging``     (1/K)·Σ Ā_i + Lap(Δ/ε), Δ = U/K̄ (BestFit, eq. (6)) or 2U/K (WrapAround) (002 §III-C)
+``Baseline``           μ + Lap(Δ/ε), Δ = U·m*/Σ_ℓ m_ℓ (Rameshwar–Tandon (IoT means) §III-B)
+``ArrayAveraging``     (1/K)·Σ Ā_i + Lap(Δ/ε), Δ = U/K̄ (BestFit, eq. (6)) or 2U/K (WrapAround) (Rameshwar–Tandon (IoT means) §III-C)
 ``Levy``               [a, b] ← PrivateInterval at ε/2 (Alg. 3); (1/K̄)·Σ Π_[a,b](Ā_i) + Lap(2(b−a)/(K̄ε))
-                       (002 §III-D, eq. (7))
+                       (Rameshwar–Tandon (IoT means) §III-D, eq. (7))
 ``FixedQuantile``      [a', b'] ← Smith's (1/10, 9/10) interquantile interval, ε/4 per end; then as Levy with
-                       Lap(2(b'−a')/(K̄ε)) (002 §III-E, §III-E1)
-``OptimizedQuantile``  as FixedQuantile with the (t/K̄, 1 − t/K̄) interval, t = ⌈2/ε⌉ (002 §III-E2)
+                       Lap(2(b'−a')/(K̄ε)) (Rameshwar–Tandon (IoT means) §III-E, §III-E1)
+``OptimizedQuantile``  as FixedQuantile with the (t/K̄, 1 − t/K̄) interval, t = ⌈2/ε⌉ (Rameshwar–Tandon (IoT means) §III-E2)
 =====================  ==========================================================================================
 
-The clipping estimators take ``grouping="bestfit"`` (default, 002's choice) or ``"wraparound"``; under
+The clipping estimators take ``grouping="bestfit"`` (default, Rameshwar–Tandon (IoT means)'s choice) or ``"wraparound"``; under
 WrapAround K replaces K̄, a user can touch two arrays, so the Laplace sensitivity doubles and the exponential
 mechanisms use utility sensitivity 2 (see :mod:`.private_interval`, :mod:`.interquantile`).
 
@@ -18,23 +18,23 @@ Common interface: ``estimate(values_by_user, rng) -> float``, ``release(values_b
 :class:`GridMeanRelease` (the value plus the public by-products: m_UB, K or K̄, the private interval, the noise
 scale — all safe to publish, see below), ``cost(epsilon=None) -> Cost`` and ``users_charged(values_by_user)``.
 
-Privacy model (notes/002.md): neighbouring grids have the same users with the same counts ^g m_ℓ (bounded DP;
+Privacy model (implementation notes on Rameshwar–Tandon (IoT means)): neighbouring grids have the same users with the same counts ^g m_ℓ (bounded DP;
 counts public); one user's values change. Values are clipped to [0, U] (U from the configuration). Under this
 model every estimator is pure ε-DP for the users in the grid:
 
-* Baseline and ArrayAveraging: Laplace mechanism (002 Thm II.1) with the sensitivities above;
+* Baseline and ArrayAveraging: Laplace mechanism (Rameshwar–Tandon (IoT means) Thm II.1) with the sensitivities above;
 * Levy / Quantile: the interval step is ε/2-DP (exponential mechanism; Alg. 3 or Smith ×2 at ε/4), the noisy
   projected mean is ε/2-DP given the interval (sensitivity (b − a)/K̄, Laplace scale (b − a)/(K̄·ε/2)), and basic
-  composition (002 Thm II.2) gives ε. The interval, K̄ and m_UB may be published: the interval is the first
+  composition (Rameshwar–Tandon (IoT means) Thm II.2) gives ε. The interval, K̄ and m_UB may be published: the interval is the first
   output of the ε-DP composition and K̄, m_UB are functions of the public counts.
 
 Cost (zCDP, per estimator, :meth:`GridMeanEstimator.cost`): Baseline and ArrayAveraging are one Laplace release,
-pure ε-DP ⇒ ε²/2 (Bun–Steinke 2016 Prop. 1.4; ``Cost.pure_dp``, 001 Thm 3). Levy and Quantile compose their two
-steps in zCDP (001 Thm 6) instead of composing ε first: the interval is an exponential mechanism (Alg. 3 at ε/2,
-or two Smith quantiles at ε/4), ε′-DP with range ε′ and so ε′²/8-zCDP (001 Thm 5), and the projected mean is a
+pure ε-DP ⇒ ε²/2 (Bun–Steinke 2016 Prop. 1.4; ``Cost.pure_dp``, Rogers (unknown-domain) Thm 3). Levy and Quantile compose their two
+steps in zCDP (Rogers (unknown-domain) Thm 6) instead of composing ε first: the interval is an exponential mechanism (Alg. 3 at ε/2,
+or two Smith quantiles at ε/4), ε′-DP with range ε′ and so ε′²/8-zCDP (Rogers (unknown-domain) Thm 5), and the projected mean is a
 Laplace release at ε/2, (ε/2)²/2 — Levy 5ε²/32, Quantile 9ε²/64, both below ε²/2 and both still implying the
 pure ε-DP above. Charged **only to the
-users present in the grid** (002 Thm II.3: a user pays Σ_{g ∈ G_ℓ} ^gε over the grids they appear in). The
+users present in the grid** (Rameshwar–Tandon (IoT means) Thm II.3: a user pays Σ_{g ∈ G_ℓ} ^gε over the grids they appear in). The
 caller charges ``users_charged(values_by_user)`` — every user with at least one value in the grid, including
 users whose samples a clipping strategy happened to drop — before it publishes the release.
 
@@ -118,8 +118,8 @@ class GridMeanEstimator(ABC):
     def cost(self, epsilon: float | None = None) -> Cost:
         """Per-user cost of one release at ε (default: this estimator's ε), for users present in the grid only.
 
-        One Laplace release, pure ε-DP (002 Thm II.1) ⇒ ε²/2-zCDP (Bun–Steinke Prop. 1.4, 001 Thm 3), charged per
-        grid to the grid's users (002 Thm II.3). The two-step estimators override it (module docstring)."""
+        One Laplace release, pure ε-DP (Rameshwar–Tandon (IoT means) Thm II.1) ⇒ ε²/2-zCDP (Bun–Steinke Prop. 1.4, Rogers (unknown-domain) Thm 3), charged per
+        grid to the grid's users (Rameshwar–Tandon (IoT means) Thm II.3). The two-step estimators override it (module docstring)."""
         eps = self.epsilon if epsilon is None else check_epsilon(epsilon)
         return Cost.pure_dp(eps)
 
@@ -129,7 +129,7 @@ class GridMeanEstimator(ABC):
         return cls.cost(cls.__new__(cls), check_epsilon(epsilon))
 
     def users_charged(self, values_by_user: Any) -> tuple[Hashable, ...]:
-        """The users who pay :meth:`cost` for this grid: all users with ≥ 1 value (002 Thm II.3)."""
+        """The users who pay :meth:`cost` for this grid: all users with ≥ 1 value (Rameshwar–Tandon (IoT means) Thm II.3)."""
         return as_grid_values(values_by_user, self.upper).user_ids
 
     @abstractmethod
@@ -152,13 +152,13 @@ def _laplace_release(rng: np.random.Generator, statistic: float, sensitivity: fl
 
 # ------------------------------------------------------------------------------------------------- Baseline
 class Baseline(GridMeanEstimator):
-    """M_Baseline = μ + Lap(Δ_f/ε), Δ_f = U·m*/Σ_ℓ m_ℓ (002 §III-B). Pure ε-DP (002 Thm II.1)."""
+    """M_Baseline = μ + Lap(Δ_f/ε), Δ_f = U·m*/Σ_ℓ m_ℓ (Rameshwar–Tandon (IoT means) §III-B). Pure ε-DP (Rameshwar–Tandon (IoT means) Thm II.1)."""
 
     name = "Baseline"
 
     @staticmethod
     def sensitivity(upper: float, counts) -> float:
-        """Δ_f = U·m*/Σ_ℓ m_ℓ (002 §III-B): one user moves at most m* of the Σm values, each by ≤ U."""
+        """Δ_f = U·m*/Σ_ℓ m_ℓ (Rameshwar–Tandon (IoT means) §III-B): one user moves at most m* of the Σm values, each by ≤ U."""
         c = np.asarray(counts, dtype=np.int64)
         return float(upper) * int(c.max()) / int(c.sum())
 
@@ -170,7 +170,7 @@ class Baseline(GridMeanEstimator):
 
 # --------------------------------------------------------------------------------------- clipped estimators
 class _ClippedEstimator(GridMeanEstimator):
-    """Shared steps of the estimators that clip the number of samples per user (002 §III-C…E)."""
+    """Shared steps of the estimators that clip the number of samples per user (Rameshwar–Tandon (IoT means) §III-C…E)."""
 
     default_m_ub: ClassVar[MUBRule]
 
@@ -200,8 +200,8 @@ class _ClippedEstimator(GridMeanEstimator):
 
 
 class ArrayAveraging(_ClippedEstimator):
-    """M_ArrayAvg = (1/K̄)·Σ_i Ā_i + Lap(Δ/ε), Δ = U/K̄ (BestFit) or 2U/K (WrapAround) (002 §III-C).
-    m_UB defaults to the median of the counts (002 Lemma III.2, §IV)."""
+    """M_ArrayAvg = (1/K̄)·Σ_i Ā_i + Lap(Δ/ε), Δ = U/K̄ (BestFit) or 2U/K (WrapAround) (Rameshwar–Tandon (IoT means) §III-C).
+    m_UB defaults to the median of the counts (Rameshwar–Tandon (IoT means) Lemma III.2, §IV)."""
 
     name = "ArrayAveraging"
     default_m_ub = "median"
@@ -209,14 +209,14 @@ class ArrayAveraging(_ClippedEstimator):
     def _release(self, grid: GridValues, rng: np.random.Generator) -> GridMeanRelease:
         plan = self.plan(grid.counts)
         f_arr = float(array_means(grid.values, plan).mean())
-        delta = array_averaging_sensitivity(self.upper, plan)  # U/K̄ or 2U/K (002 eq. (6), §III-C)
-        value, scale = _laplace_release(rng, f_arr, delta, self.epsilon)  # Lap(Δ/ε) ⇒ ε-DP (002 Thm II.1)
+        delta = array_averaging_sensitivity(self.upper, plan)  # U/K̄ or 2U/K (Rameshwar–Tandon (IoT means) eq. (6), §III-C)
+        value, scale = _laplace_release(rng, f_arr, delta, self.epsilon)  # Lap(Δ/ε) ⇒ ε-DP (Rameshwar–Tandon (IoT means) Thm II.1)
         return GridMeanRelease(self.name, value, self.epsilon, delta, scale, plan.grouping, plan.m_ub,
                                plan.n_arrays)
 
 
 class _ProjectedEstimator(_ClippedEstimator):
-    """Noisy mean of projections (002 §III-D, §III-E): interval at ε/2, projected mean at ε/2."""
+    """Noisy mean of projections (Rameshwar–Tandon (IoT means) §III-D, §III-E): interval at ε/2, projected mean at ε/2."""
 
     default_m_ub = "eq10"
 
@@ -231,15 +231,15 @@ class _ProjectedEstimator(_ClippedEstimator):
         f = float(np.clip(means, a, b).mean())
         # Sensitivity of (1/K̄)·Σ Π_[a,b](Ā_i): (b − a)/K̄ (eq. (7)); ×2 under WrapAround (two arrays per user).
         delta = plan.arrays_per_user * (b - a) / plan.n_arrays
-        # Lap(2Δ/ε): the mean's share ε/2 (002 §III-D); total ε (Thm II.2)
+        # Lap(2Δ/ε): the mean's share ε/2 (Rameshwar–Tandon (IoT means) §III-D); total ε (Thm II.2)
         value, scale = _laplace_release(rng, f, delta, self.epsilon / 2)
         return GridMeanRelease(self.name, value, self.epsilon, delta, scale, plan.grouping, plan.m_ub,
                                plan.n_arrays, (float(a), float(b)))
 
 
 class Levy(_ProjectedEstimator):
-    """Levy (002 §III-D): PrivateInterval (Alg. 3) at ε/2 with τ = U·√(log(2K̄/γ)/(2 m_UB)) (eq. (8)), then the
-    projected mean + Lap(2(b − a)/(K̄ε)). m_UB by eq. (10); γ = 0.2 (002 §IV)."""
+    """Levy (Rameshwar–Tandon (IoT means) §III-D): PrivateInterval (Alg. 3) at ε/2 with τ = U·√(log(2K̄/γ)/(2 m_UB)) (eq. (8)), then the
+    projected mean + Lap(2(b − a)/(K̄ε)). m_UB by eq. (10); γ = 0.2 (Rameshwar–Tandon (IoT means) §IV)."""
 
     name = "Levy"
 
@@ -254,13 +254,13 @@ class Levy(_ProjectedEstimator):
         return levy_tau(self.upper, plan.n_arrays, plan.m_ub, self.gamma)  # eq. (8), public
 
     def cost(self, epsilon: float | None = None) -> Cost:
-        """Alg. 3 at ε/2 (exponential mechanism: (ε/2)²/8, 001 Thm 5) + Lap at ε/2 ((ε/2)²/2, 001 Thm 3), composed
-        (001 Thm 6): 5ε²/32, δ = 0."""
+        """Alg. 3 at ε/2 (exponential mechanism: (ε/2)²/8, Rogers (unknown-domain) Thm 5) + Lap at ε/2 ((ε/2)²/2, Rogers (unknown-domain) Thm 3), composed
+        (Rogers (unknown-domain) Thm 6): 5ε²/32, δ = 0."""
         eps = self.epsilon if epsilon is None else check_epsilon(epsilon)
         return private_interval_cost(eps / 2) + Cost.pure_dp(eps / 2)
 
     def _interval(self, means, plan, rng):
-        # Exponential mechanism at ε/2 (weights exp(−ε·c/4) for Δc = 1) — 002 Alg. 3.
+        # Exponential mechanism at ε/2 (weights exp(−ε·c/4) for Δc = 1) — Rameshwar–Tandon (IoT means) Alg. 3.
         return private_interval(means, self.epsilon / 2, self.tau(plan), self.upper, rng,
                                 utility_sensitivity=plan.arrays_per_user)
 
@@ -270,20 +270,20 @@ class _QuantileEstimator(_ProjectedEstimator):
         raise NotImplementedError
 
     def cost(self, epsilon: float | None = None) -> Cost:
-        """Two Smith quantiles at ε/4 (exponential mechanisms: 2·(ε/4)²/8, 001 Thm 5) + Lap at ε/2 ((ε/2)²/2,
-        001 Thm 3), composed (001 Thm 6): 9ε²/64, δ = 0."""
+        """Two Smith quantiles at ε/4 (exponential mechanisms: 2·(ε/4)²/8, Rogers (unknown-domain) Thm 5) + Lap at ε/2 ((ε/2)²/2,
+        Rogers (unknown-domain) Thm 3), composed (Rogers (unknown-domain) Thm 6): 9ε²/64, δ = 0."""
         eps = self.epsilon if epsilon is None else check_epsilon(epsilon)
         return private_interquantile_interval_cost(eps / 4) + Cost.pure_dp(eps / 2)
 
     def _interval(self, means, plan, rng):
         q_lo, q_hi = self.quantile_levels(plan.n_arrays)
-        # Smith's exponential mechanism, ε/4 per end ⇒ ε/2 for the interval (002 §III-E1).
+        # Smith's exponential mechanism, ε/4 per end ⇒ ε/2 for the interval (Rameshwar–Tandon (IoT means) §III-E1).
         return private_interquantile_interval(means, q_lo, q_hi, self.epsilon / 4, 0.0, self.upper, rng,
                                               utility_sensitivity=plan.arrays_per_user)
 
 
 class FixedQuantile(_QuantileEstimator):
-    """Quantile with the FixedQuantile subroutine (002 §III-E1): Smith's private (1/10, 9/10) interquantile
+    """Quantile with the FixedQuantile subroutine (Rameshwar–Tandon (IoT means) §III-E1): Smith's private (1/10, 9/10) interquantile
     interval of the array means (ε/4 per end), then the projected mean + Lap(2(b' − a')/(K̄ε))."""
 
     name = "FixedQuantile"
@@ -301,7 +301,7 @@ class FixedQuantile(_QuantileEstimator):
 
 
 class OptimizedQuantile(_QuantileEstimator):
-    """Quantile with the OptimizedQuantile subroutine (002 §III-E2, after Amin et al.): the (t/K̄, 1 − t/K̄)
+    """Quantile with the OptimizedQuantile subroutine (Rameshwar–Tandon (IoT means) §III-E2, after Amin et al.): the (t/K̄, 1 − t/K̄)
     interquantile interval with t = ⌈2/ε⌉ (ε the estimator's total budget), both levels clamped to 1/2 when
     t/K̄ > 1/2. (The draft also writes ⌊2/ε⌋ for the lower end; we follow its interval statement, ⌈2/ε⌉ both.)"""
 

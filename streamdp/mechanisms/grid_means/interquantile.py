@@ -1,11 +1,11 @@
-"""Smith's private quantile and the private interquantile interval used by Quantile (002 §III-E; Algorithm 2 of
+"""Smith's private quantile and the private interquantile interval used by Quantile (Rameshwar–Tandon (IoT means) §III-E; Algorithm 2 of
 A. Smith, "Privacy-preserving statistical estimation with optimal convergence rates", STOC 2011).
 
 For n values clipped to [lo, hi], sorted and padded x_(0) = lo ≤ x_(1) ≤ … ≤ x_(n) ≤ x_(n+1) = hi, a point of
 the gap (x_(i), x_(i+1)) has exactly i values below it. The q-quantile is released with the exponential
 mechanism over [lo, hi] with utility −|i − q·n|: gap i (i = 0 … n) is chosen with probability
 
-    P(i) ∝ (x_(i+1) − x_(i)) · exp(−ε·|i − q·n| / (2Δu))                       (notes/002.md)
+    P(i) ∝ (x_(i+1) − x_(i)) · exp(−ε·|i − q·n| / (2Δu))                       (implementation notes on Rameshwar–Tandon (IoT means))
 
 and the output is uniform inside the chosen gap (zero-width gaps are never chosen).
 
@@ -21,14 +21,14 @@ r(j) = #{v : idx(v) ≤ j}, and
 drawn as a gap i with probability ∝ c_i·exp(−ε·|i − q·n|/(2Δu)) (c_i = the number of grid points of rank i) and
 then a uniform integer among those points. idx is a function of one value, so one changed value moves every
 r(j) by at most 1 (Δu = 1; 2 under WrapAround): exactly the ε-DP exponential mechanism over a finite public set
-(range ε, so ε²/8-zCDP, 001 Thm 5), and the published point lo + j·h is a function of the index j alone.
+(range ε, so ε²/8-zCDP, Rogers (unknown-domain) Thm 5), and the published point lo + j·h is a function of the index j alone.
 
 Privacy (ε-DP): replacing one value changes the rank of any point by at most 1 (Δu = 1, BestFit arrays); a user
 who touches two arrays (WrapAround) changes it by at most 2, so Δu = 2 there (``utility_sensitivity``; the draft
 does not make this distinction — erratum in notes). The density ratio between neighbours is ≤ e^{ε/2} at every
 point and the normaliser moves by the same factor at most, hence ε.
 
-FixedQuantile (002 §III-E1) estimates the (1/10, 9/10) interquantile interval; OptimizedQuantile (§III-E2,
+FixedQuantile (Rameshwar–Tandon (IoT means) §III-E1) estimates the (1/10, 9/10) interquantile interval; OptimizedQuantile (§III-E2,
 after Amin et al.) the (t/K̄, 1 − t/K̄) one with t = ⌈2/ε⌉. Each end is one run of the mechanism at ε/4, so the
 interval costs ε/2 (basic composition).
 """
@@ -137,10 +137,10 @@ def private_interquantile_interval(values, q_lo: float, q_hi: float, epsilon_eac
 
 def smith_quantile_cost(epsilon: float) -> Cost:
     """One private quantile at budget ε: the exponential mechanism over [lo, hi] with utility −|rank(x) − qn| of
-    sensitivity Δu and weights exp(−ε·|…|/(2Δu)) (Smith 2011) — ε-DP with range ε, so ε²/8-zCDP (001 Thm 5)."""
+    sensitivity Δu and weights exp(−ε·|…|/(2Δu)) (Smith 2011) — ε-DP with range ε, so ε²/8-zCDP (Rogers (unknown-domain) Thm 5)."""
     return exponential_mechanism_cost(check_epsilon(epsilon))
 
 
 def private_interquantile_interval_cost(epsilon_each: float) -> Cost:
-    """Two private quantiles at ε_each: 2·ε_each²/8-zCDP (001 Thm 5 each, composed: 001 Thm 6)."""
+    """Two private quantiles at ε_each: 2·ε_each²/8-zCDP (Rogers (unknown-domain) Thm 5 each, composed: Rogers (unknown-domain) Thm 6)."""
     return exponential_mechanism_cost(check_epsilon(epsilon_each, "epsilon_each"), 2)

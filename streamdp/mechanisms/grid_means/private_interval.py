@@ -1,12 +1,12 @@
-"""PrivateInterval — the private "high-probability" interval of Levy (002 §III-D1, Alg. 3; after Algorithm 6 of
+"""PrivateInterval — the private "high-probability" interval of Levy (Rameshwar–Tandon (IoT means) §III-D1, Alg. 3; after Algorithm 6 of
 Levy et al., "Learning with user-level privacy").
 
 Given K̄ array means Ā_i ∈ [0, U], a concentration radius τ and a budget ε_I:
 
-1. τ = U·√(log(2K̄/γ) / (2 m_UB)) (002 eq. (8); natural log; γ = 0.2 in 002 §IV) — :func:`levy_tau`;
+1. τ = U·√(log(2K̄/γ) / (2 m_UB)) (Rameshwar–Tandon (IoT means) eq. (8); natural log; γ = 0.2 in Rameshwar–Tandon (IoT means) §IV) — :func:`levy_tau`;
 2. (0, U] is cut into ⌈U/τ⌉ bins of width τ, T = their midpoints (j + ½)τ, j = 0 … ⌈U/τ⌉ − 1 (the last bin may
    reach past U) — :func:`interval_midpoints`;
-3. μ_i = the midpoint nearest to Ā_i (the draft writes "min", it means argmin — notes/002.md), i.e. the midpoint
+3. μ_i = the midpoint nearest to Ā_i (the draft writes "min", it means argmin — implementation notes on Rameshwar–Tandon (IoT means)), i.e. the midpoint
    of bin ⌊Ā_i/τ⌋ (clamped to the last bin; a value on a bin edge goes to the upper bin);
 4. cost c(x) = max(#{i : μ_i < x}, #{i : μ_i > x}) for x ∈ T — :func:`interval_costs`;
 5. x̂ ∈ T is drawn with Q(x) ∝ exp(−ε_I·c(x) / (2Δc)) — the exponential mechanism (McSherry–Talwar) with
@@ -15,10 +15,10 @@ Given K̄ array means Ā_i ∈ [0, U], a concentration radius τ and a budget ε
 
 Privacy (ε_I-DP): moving one array mean changes each of the two counts in c(x) by at most 1, so Δc = 1 when a
 user touches one array (BestFit); under WrapAround a user touches two arrays and Δc = 2
-(``utility_sensitivity``). Levy spends ε_I = ε/2 here (002 §III-D): the weights are then exp(−ε·c(x)/4),
+(``utility_sensitivity``). Levy spends ε_I = ε/2 here (Rameshwar–Tandon (IoT means) §III-D): the weights are then exp(−ε·c(x)/4),
 exactly Alg. 3 line 5 with the *total* ε. Steps 1–3 and 6 use only public quantities (τ, U) or the output.
 
-Erratum (noted): 002 applies Alg. 3 unchanged to WrapAround arrays, which is only ε_I-DP for Δc = 1; with
+Erratum (noted): Rameshwar–Tandon (IoT means) applies Alg. 3 unchanged to WrapAround arrays, which is only ε_I-DP for Δc = 1; with
 WrapAround a user can move two array means, so we use Δc = 2.
 """
 
@@ -45,7 +45,7 @@ __all__ = [
 
 
 def levy_tau(upper: float, n_arrays: int, m_ub: int, gamma: float = 0.2) -> float:
-    """τ = U·√(log(2K̄/γ) / (2 m_UB)) (002 eq. (8))."""
+    """τ = U·√(log(2K̄/γ) / (2 m_UB)) (Rameshwar–Tandon (IoT means) eq. (8))."""
     upper = check_upper(upper)
     if not (0 < gamma < 1):
         raise ValueError(f"gamma must lie in (0, 1), got {gamma!r}")
@@ -55,7 +55,7 @@ def levy_tau(upper: float, n_arrays: int, m_ub: int, gamma: float = 0.2) -> floa
 
 
 def interval_midpoints(upper: float, tau: float) -> np.ndarray:
-    """Midpoints (j + ½)τ of the ⌈U/τ⌉ bins of width τ covering (0, U] (002 Alg. 3 line 2)."""
+    """Midpoints (j + ½)τ of the ⌈U/τ⌉ bins of width τ covering (0, U] (Rameshwar–Tandon (IoT means) Alg. 3 line 2)."""
     upper = check_upper(upper)
     tau = check_epsilon(tau, "tau")
     n_bins = max(1, math.ceil(upper / tau))
@@ -63,13 +63,13 @@ def interval_midpoints(upper: float, tau: float) -> np.ndarray:
 
 
 def nearest_midpoint_index(array_means: np.ndarray, tau: float, n_bins: int) -> np.ndarray:
-    """Index of the midpoint nearest to each Ā_i (002 Alg. 3 line 3)."""
+    """Index of the midpoint nearest to each Ā_i (Rameshwar–Tandon (IoT means) Alg. 3 line 3)."""
     j = np.floor(np.asarray(array_means, dtype=np.float64) / tau).astype(np.int64)
     return np.clip(j, 0, n_bins - 1)
 
 
 def interval_costs(array_means, upper: float, tau: float) -> tuple[np.ndarray, np.ndarray]:
-    """(T, c): the midpoints and c(x) = max(#{μ_i < x}, #{μ_i > x}) for each x ∈ T (002 Alg. 3 line 4)."""
+    """(T, c): the midpoints and c(x) = max(#{μ_i < x}, #{μ_i > x}) for each x ∈ T (Rameshwar–Tandon (IoT means) Alg. 3 line 4)."""
     mid = interval_midpoints(upper, tau)
     j = nearest_midpoint_index(array_means, tau, mid.size)
     per_bin = np.bincount(j, minlength=mid.size)
@@ -101,7 +101,7 @@ def sample_log_weights(rng: np.random.Generator, logw: np.ndarray) -> int:
 
 def private_interval(array_means, epsilon: float, tau: float, upper: float, rng: np.random.Generator,
                      utility_sensitivity: int = 1) -> tuple[float, float]:
-    """[a, b] by 002 Alg. 3 at budget ε (pure ε-DP for utility sensitivity Δc; see the module docstring)."""
+    """[a, b] by Rameshwar–Tandon (IoT means) Alg. 3 at budget ε (pure ε-DP for utility sensitivity Δc; see the module docstring)."""
     epsilon = check_epsilon(epsilon)
     upper = check_upper(upper)
     mid, c = interval_costs(array_means, upper, tau)
@@ -112,5 +112,5 @@ def private_interval(array_means, epsilon: float, tau: float, upper: float, rng:
 
 def private_interval_cost(epsilon: float) -> Cost:
     """Alg. 3 at budget ε: the exponential mechanism with utility −c(x) of sensitivity Δc and weights
-    exp(−ε·c(x)/(2Δc)) — ε-DP with range ε, so ε²/8-zCDP (001 Thm 5)."""
+    exp(−ε·c(x)/(2Δc)) — ε-DP with range ε, so ε²/8-zCDP (Rogers (unknown-domain) Thm 5)."""
     return exponential_mechanism_cost(check_epsilon(epsilon))

@@ -1,6 +1,6 @@
-"""Synthetic check data for the grid-means estimators (002 §IV-C; notes/002.md).
+"""Synthetic check data for the grid-means estimators (Rameshwar–Tandon (IoT means) §IV-C; implementation notes on Rameshwar–Tandon (IoT means)).
 
-The ITMS bus-speed data of 002 §IV-B is not public. Its published statistics are: L = 217 users,
+The ITMS bus-speed data of Rameshwar–Tandon (IoT means) §IV-B is not public. Its published statistics are: L = 217 users,
 m* = 417, m_* = 1, Σ_ℓ m_ℓ = 17166, median count 46, μ = 20.66769, σ² = 115.135, and eq. (10) gives K = 160
 arrays under WrapAround and K̄ = 164 under BestFit. :func:`itms_count_profile` is a deterministic count profile
 with **all** of these count statistics (the test suite checks each one):
@@ -11,9 +11,9 @@ with **all** of these count statistics (the test suite checks each one):
 
 (The two exponents were chosen by a grid search for Σ = 17166 and K = 160; K̄ = 164 then holds as well.)
 
-:func:`clipped_gaussian_grid` draws i.i.d. values Π_[0,U](X), X ~ N(μ, σ²) (002 §IV-C) for a count profile;
+:func:`clipped_gaussian_grid` draws i.i.d. values Π_[0,U](X), X ~ N(μ, σ²) (Rameshwar–Tandon (IoT means) §IV-C) for a count profile;
 :func:`sample_scaled` and :func:`user_scaled` are the sample-scaling (m̂_ℓ = λ·m_ℓ) and user-scaling
-(L̂ = λ·L) profiles of 002 §IV-C.
+(L̂ = λ·L) profiles of Rameshwar–Tandon (IoT means) §IV-C.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ __all__ = [
     "clipped_gaussian_grid",
 ]
 
-ITMS_MEAN = 20.66769  # μ(D), 002 §IV-B
-ITMS_VARIANCE = 115.135  # σ²(D), 002 §IV-C
+ITMS_MEAN = 20.66769  # μ(D), Rameshwar–Tandon (IoT means) §IV-B
+ITMS_VARIANCE = 115.135  # σ²(D), Rameshwar–Tandon (IoT means) §IV-C
 
 
 def itms_count_profile() -> np.ndarray:
@@ -48,18 +48,18 @@ def itms_count_profile() -> np.ndarray:
 
 
 def sample_scaled(counts, lam: int) -> np.ndarray:
-    """Sample scaling (002 §IV-C 1): m̂_ℓ = λ·m_ℓ."""
+    """Sample scaling (Rameshwar–Tandon (IoT means) §IV-C 1): m̂_ℓ = λ·m_ℓ."""
     return np.asarray(counts, dtype=np.int64) * int(lam)
 
 
 def user_scaled(counts, lam: int) -> np.ndarray:
-    """User scaling (002 §IV-C 2): every user replicated λ times, m̂_{λ(ℓ−1)+i} = m_ℓ."""
+    """User scaling (Rameshwar–Tandon (IoT means) §IV-C 2): every user replicated λ times, m̂_{λ(ℓ−1)+i} = m_ℓ."""
     return np.repeat(np.asarray(counts, dtype=np.int64), int(lam))
 
 
 def clipped_gaussian_grid(rng: np.random.Generator, counts, upper: float, mean: float = ITMS_MEAN,
                           variance: float = ITMS_VARIANCE) -> GridValues:
-    """One grid of i.i.d. Π_[0,U](N(μ, σ²)) values with the given per-user counts (002 §IV-C)."""
+    """One grid of i.i.d. Π_[0,U](N(μ, σ²)) values with the given per-user counts (Rameshwar–Tandon (IoT means) §IV-C)."""
     upper = check_upper(upper)
     counts = np.asarray(counts, dtype=np.int64)
     x = rng.normal(mean, math.sqrt(variance), int(counts.sum()))

@@ -1,4 +1,4 @@
-"""PIE-NI / PIE-k (000 Alg. 4/5): known answers, noise laws, elimination guarantees, executed-cost accounting,
+"""PIE-NI / PIE-k (Liang–Yi (adaptive budgeting) Alg. 4/5): known answers, noise laws, elimination guarantees, executed-cost accounting,
 and a Monte Carlo check of the adaptive-composition claim behind "pay only executed rounds"."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _norm(u):
 # ------------------------------------------------------------------------------------------- known answers
 @pytest.mark.parametrize("beta", [0.5, 0.05, 1e-3, 1e-9])
 def test_lambda_known_answer(beta):
-    # 000 Lemma 6.1, recomputed here
+    # Liang–Yi (adaptive budgeting) Lemma 6.1, recomputed here
     assert confidence_lambda(1, beta) == pytest.approx(math.sqrt(2 * math.log(2 / beta)), rel=1e-14)
     assert confidence_lambda(2, beta) == pytest.approx(math.sqrt(2 * math.log(1 / beta)), rel=1e-14)
     for d in (3, 10, 784):
@@ -76,7 +76,7 @@ def test_doubling_split_known_answer(c):
     r = np.array([1.0, 0.7, 3e-5, 123.0])
     s = split_rounds(r, c, "doubling")
     j = np.arange(1, c + 1)
-    expected = r[:, None] * (2.0 ** (j - 1) / (2.0**c - 1))[None, :]  # 000 §7 "log-c"
+    expected = r[:, None] * (2.0 ** (j - 1) / (2.0**c - 1))[None, :]  # Liang–Yi (adaptive budgeting) §7 "log-c"
     np.testing.assert_allclose(s, expected, rtol=1e-12)
     assert np.all(s > 0)
     assert np.all(np.cumsum(s, axis=1)[:, -1] <= r)  # never charged above the reservation
@@ -156,7 +156,7 @@ def test_point_triple_mean_law():
     r = np.full(n, 0.3)
     res = pie_ni(rng, point_triple(x, lambda u: u[:, 0]), split_rounds(r, 8, "doubling"), beta0=0.1,
                  nu_low=-np.inf, nu_high=np.inf)
-    z = (res.mean - x) * np.sqrt(2 * 0.3)  # x̄ ~ N(x, I/(2ρ)), 000 Fact 6.2
+    z = (res.mean - x) * np.sqrt(2 * 0.3)  # x̄ ~ N(x, I/(2ρ)), Liang–Yi (adaptive budgeting) Fact 6.2
     assert stats.kstest(z.ravel(), "norm").pvalue > P_KS
     np.testing.assert_allclose(res.estimate, res.mean[:, 0])  # g0 = φ(x̄)
 
@@ -164,7 +164,7 @@ def test_point_triple_mean_law():
 # ------------------------------------------------------------------------------- elimination guarantees
 @pytest.mark.statistical
 def test_pie_ni_wrong_elimination_rate_at_most_beta0():
-    """000 Lemma 5.2: P(some i ∈ S1 with φ ≥ ν_low, or i ∈ S0 with φ ≤ ν_high) ≤ β0."""
+    """Liang–Yi (adaptive budgeting) Lemma 5.2: P(some i ∈ S1 with φ ≥ ν_low, or i ∈ S0 with φ ≤ ν_high) ≤ β0."""
     rng = unsafe_seeded_generator(31)
     n, c, beta0, trials = 200, 4, 0.2, 400
     r = np.full(n, 1.0)
@@ -183,7 +183,7 @@ def test_pie_ni_wrong_elimination_rate_at_most_beta0():
 @pytest.mark.parametrize("kind,c", [("distance", 1), ("point", 1), ("distance", 4)])
 def test_pie_ni_first_round_threshold_is_sharp(kind, c):
     """A user just outside (φ = 0⁺) lands in S1 in round 1 iff its round-1 noise is below −λ(dim, β0/(c·n))·σ_1:
-    probability Φ(−λ) per user, recomputed here from 000 Lemma 6.1 and Alg. 4 line 8."""
+    probability Φ(−λ) per user, recomputed here from Liang–Yi (adaptive budgeting) Lemma 6.1 and Alg. 4 line 8."""
     rng = unsafe_seeded_generator(32 + c + (kind == "point"))
     n, beta0, trials, r = 100, 0.99, 4000, 0.5
     beta = beta0 / (c * n)
@@ -207,7 +207,7 @@ def test_pie_ni_first_round_threshold_is_sharp(kind, c):
 
 @pytest.mark.statistical
 def test_pie_k_keeps_the_true_k_nearest():
-    """000 Lemma 5.3: with probability ≥ 1 − β0 the k smallest φ are in every G_j."""
+    """Liang–Yi (adaptive budgeting) Lemma 5.3: with probability ≥ 1 − β0 the k smallest φ are in every G_j."""
     rng = unsafe_seeded_generator(41)
     n, k, c, beta0, trials = 300, 5, 6, 0.2, 300
     phi = np.sort(rng.uniform(0, 30, n))  # φ(x_i) = distances; true k smallest = first k
@@ -309,7 +309,7 @@ def test_validation_errors():
 @pytest.mark.statistical
 @pytest.mark.parametrize("kind", ["distance", "point"])
 def test_executed_cost_composes_exactly(kind):
-    """000 Thm 4.3/4.4 proof: with L the log-likelihood ratio of a user's executed transcript between inputs at
+    """Liang–Yi (adaptive budgeting) Thm 4.3/4.4 proof: with L the log-likelihood ratio of a user's executed transcript between inputs at
     distance Δ, Q = exp((α−1)L − α(α−1)Δ²·executed_rho) is a stopped martingale with E[Q] = 1 exactly for Gaussian
     rounds (optional stopping, τ ≤ c). Under-charging one round would give E[Q] ≥ e^{α(α−1)Δ² r_j} > 1; noise too
     small for the stated ρ would blow it up. Also E[e^{(α−1)L}] ≤ e^{α(α−1)Δ² r_i} (the reservation)."""

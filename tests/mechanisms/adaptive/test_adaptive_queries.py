@@ -1,4 +1,4 @@
-"""KDE (000 Alg. 7), kNN (Alg. 8, PIE-k) and the threshold query (App. C, Alg. 9): sanity, laws and costs."""
+"""KDE (Liang–Yi (adaptive budgeting) Alg. 7), kNN (Alg. 8, PIE-k) and the threshold query (App. C, Alg. 9): sanity, laws and costs."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_kde_pie_eliminates_far_users_and_keeps_near_ones(privatization):
     truth = kde_value(x, (0, 0), b)
     base = [kde_baseline(rng, x, (0, 0), b, rho, privatization=privatization).estimate for _ in range(20)]
     pies = [kde_pie(rng, x, (0, 0), b, rho, privatization=privatization, c=c).estimate for _ in range(20)]
-    # same estimator on the survivors: PM ≈ BM (both carry the noise bias discussed in 000 §7.1)
+    # same estimator on the survivors: PM ≈ BM (both carry the noise bias discussed in Liang–Yi (adaptive budgeting) §7.1)
     assert abs(np.mean(pies) - np.mean(base)) < 0.02 * truth
     assert abs(np.mean(pies) - truth) < 0.1 * truth
 
@@ -120,7 +120,7 @@ def test_knn_pie_finds_separated_neighbours_and_saves(privatization):
 
 @pytest.mark.statistical
 def test_knn_pm_close_to_bm():
-    """000 §7.1 (kNN): DistErr of PM ≈ BM while PrivSav > 0 (Gaussian cloud, k = 10, σ_noise = 0.32·σ_cloud/10)."""
+    """Liang–Yi (adaptive budgeting) §7.1 (kNN): DistErr of PM ≈ BM while PrivSav > 0 (Gaussian cloud, k = 10, σ_noise = 0.32·σ_cloud/10)."""
     rng = unsafe_seeded_generator(81)
     x = rng.normal(0, 10, (3000, 2))
     k, rho, reps = 10, 5.0, 80

@@ -1,4 +1,4 @@
-"""Range counting (000 Alg. 6): Proj_Γ (App. A), the App. B shift, PM vs BM, costs."""
+"""Range counting (Liang–Yi (adaptive budgeting) Alg. 6): Proj_Γ (App. A), the App. B shift, PM vs BM, costs."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from streamdp.noise.generator import unsafe_seeded_generator
 
 # --------------------------------------------------------------------------------------- Proj_Γ (App. A)
 def app_a_proj(x, u, v, w, z):
-    """000 App. A, literally: projection parameters a onto the four edge lines, inside iff all in [0, 1];
+    """Liang–Yi (adaptive budgeting) App. A, literally: projection parameters a onto the four edge lines, inside iff all in [0, 1];
     distance = min over the edges of ‖c u + (1 − c) v − x‖ with c = clip(a, 0, 1); negated inside."""
     x = np.asarray(x, float)
     edges = [(u, v), (u, w), (v, z), (w, z)]
@@ -91,7 +91,7 @@ def test_proj_is_one_lipschitz():
     b = a + rng.normal(0, 1.0, a.shape) * rng.uniform(0, 3, (20000, 1))
     lhs = np.abs(rect.proj(a) - rect.proj(b))
     rhs = np.hypot(*(a - b).T)
-    assert np.all(lhs <= rhs + 1e-12)  # 000 Lemma 6.3
+    assert np.all(lhs <= rhs + 1e-12)  # Liang–Yi (adaptive budgeting) Lemma 6.3
     assert np.max(lhs / np.maximum(rhs, 1e-300)) > 0.99  # and the constant 1 is attained
 
 
@@ -155,7 +155,7 @@ def test_shift_coefficient_hand_values(g, l, w, a_hand):
 
 
 def _paper_eta(gamma, l, w):
-    """η(γ) of 000 App. B, the final case display, literally (no a(γ) in between):
+    """η(γ) of Liang–Yi (adaptive budgeting) App. B, the final case display, literally (no a(γ) in between):
     l, w > 2γ: −(4γ(l+w) − 4γ√((l+w)² − 16γ²))/(16γ);  else: −(8γ² + 2γ(l+w) − 2γ√((l+w)² + 4lw))/(8γ)."""
     if l > 2 * gamma and w > 2 * gamma:
         return -(4 * gamma * (l + w) - 4 * gamma * math.sqrt((l + w) ** 2 - 16 * gamma**2)) / (16 * gamma)
@@ -163,7 +163,7 @@ def _paper_eta(gamma, l, w):
 
 
 def test_eta_threshold_known_answer():
-    """η_i = η(1/√(2ρ_i)) (000 App. B, last paragraph: γ = the std of the Gaussian noise Z/√(2ρ_i) on Proj_Γ)."""
+    """η_i = η(1/√(2ρ_i)) (Liang–Yi (adaptive budgeting) App. B, last paragraph: γ = the std of the Gaussian noise Z/√(2ρ_i) on Proj_Γ)."""
     # hand values: ρ = 1/8 ⇒ γ = 2, l = w = 8.5 ⇒ a = 1/4, η = −1/2;
     #              ρ = 1/50 ⇒ γ = 5, (l, w) = (4, 6) ⇒ a = 4/5, η = −4
     assert eta_threshold(1 / 8, 8.5, 8.5) == pytest.approx(-0.5, rel=1e-12)
@@ -223,7 +223,7 @@ def test_elimination_thresholds_are_the_boundary(privatization):
 
 @pytest.mark.statistical
 def test_pm_close_to_bm_with_savings():
-    """000 §7.1: PM errors ≈ BM errors while PrivSav > 0 (synthetic trajectories, 2 km squares).
+    """Liang–Yi (adaptive budgeting) §7.1: PM errors ≈ BM errors while PrivSav > 0 (synthetic trajectories, 2 km squares).
 
     Absolute count errors averaged over 20 ranges × 8 repetitions per ρ (relative errors of ranges holding one
     or two users are too noisy to compare at this size)."""
@@ -251,7 +251,7 @@ def test_pm_close_to_bm_with_savings():
 
 @pytest.mark.statistical
 def test_shift_reduces_overcount_at_small_rho():
-    """000 App. B: uniform density around Γ, ỹ < 0 over-counts (more area outside); the shift fixes it."""
+    """Liang–Yi (adaptive budgeting) App. B: uniform density around Γ, ỹ < 0 over-counts (more area outside); the shift fixes it."""
     rng = unsafe_seeded_generator(10)
     x = rng.uniform(-3000, 3000, (20000, 2))
     rect = Rectangle.square((0.0, 0.0), 1000.0)

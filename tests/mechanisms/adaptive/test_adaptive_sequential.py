@@ -1,4 +1,4 @@
-"""000 Alg. 3: allocation over m sequential queries reusing savings."""
+"""Liang–Yi (adaptive budgeting) Alg. 3: allocation over m sequential queries reusing savings."""
 
 from __future__ import annotations
 
@@ -49,13 +49,13 @@ def test_allocation_known_answer():
     remaining = np.array([2.0, 1.9, 1.7, 1.6])  # query l = 1 → only B_i = B is reachable; use l = 2 (floor 1.6)
     l = 2
     g = (l - 1) / (m - 1) * 0.25 + 0.75
-    expected = g * (remaining - (m - l + 1) / m * B) + B / m  # 000 Alg. 3 line 4, recomputed
+    expected = g * (remaining - (m - l + 1) / m * B) + B / m  # Liang–Yi (adaptive budgeting) Alg. 3 line 4, recomputed
     np.testing.assert_allclose(savings_allocation(remaining, B, l, m), expected, rtol=1e-14)
     # first query: everyone has B, gets B/m; last query: r_i = B_i
     np.testing.assert_allclose(savings_allocation(np.full(3, B), B, 1, m), B / m)
     last = np.array([0.4, 0.55, 1.3])
     np.testing.assert_array_equal(savings_allocation(last, B, m, m), last)
-    # m = 1: r_i = B_i (notes/000.md)
+    # m = 1: r_i = B_i (implementation notes on Liang–Yi (adaptive budgeting))
     np.testing.assert_array_equal(savings_allocation(np.array([3.0]), 3.0, 1, 1), [3.0])
     np.testing.assert_allclose(uniform_allocation(B, m, 4), B / m)
 
@@ -73,7 +73,7 @@ def test_allocation_rejects_invariant_violations():
 
 @pytest.mark.parametrize("m", [1, 2, 7, 40])
 def test_invariant_holds_under_arbitrary_executed_costs(m):
-    """B_i ≥ ((m−l+1)/m)·B before every query, r_i ∈ [B/m, B_i]: the filter (000 eq. (7)) never halts."""
+    """B_i ≥ ((m−l+1)/m)·B before every query, r_i ∈ [B/m, B_i]: the filter (Liang–Yi (adaptive budgeting) eq. (7)) never halts."""
     rng = unsafe_seeded_generator(100 + m)
     n, B = 3000, 0.7
     state = SequentialBudgeting(B, m, n)
@@ -138,7 +138,7 @@ def test_fixed_point_allocation_is_exact(m):
 
 @pytest.mark.statistical
 def test_alg3_with_savings_beats_uniform_allocation():
-    """000 §7.2: m range queries on synthetic trajectories; PM + Alg. 3 has lower average CountErr than
+    """Liang–Yi (adaptive budgeting) §7.2: m range queries on synthetic trajectories; PM + Alg. 3 has lower average CountErr than
     BM with the uniform B/m allocation and than PM with B/m (savings wasted)."""
     rng = unsafe_seeded_generator(300)
     n, m, B, side, reps = 2000, 16, 2e-5, 4000.0, 8

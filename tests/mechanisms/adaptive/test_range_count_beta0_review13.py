@@ -1,4 +1,4 @@
-"""range_counts eliminates with β0 = β/4 (000 Remark 6): the round-1 elimination rate of users at Proj_Γ = −1 is the
+"""range_counts eliminates with β0 = β/4 (Liang–Yi (adaptive budgeting) Remark 6): the round-1 elimination rate of users at Proj_Γ = −1 is the
 Gaussian tail at h = λ(1, β0/(c·n))·σ_1. (Review of 2026-11-23: a mutant with β0 = β passed every other test.)
 """
 import math

@@ -1,5 +1,5 @@
 """Second-round mutation gap: the BM0 (point privatisation) range-count baseline must add N(0, 1/(2ρ_i)·I₂) to
-each location (000 §6.2.1, Lemma 3.4). The existing tests checked the BM1 law only, so BM0 with 2ρ_i (noise too
+each location (Liang–Yi (adaptive budgeting) §6.2.1, Lemma 3.4). The existing tests checked the BM1 law only, so BM0 with 2ρ_i (noise too
 small, a privacy loss) went unnoticed."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""000 Alg. 3's invariant B_i ≥ ((m − l + 1)/m)·B before query l, enforced exactly at its boundary.
+"""Liang–Yi (adaptive budgeting) Alg. 3's invariant B_i ≥ ((m − l + 1)/m)·B before query l, enforced exactly at its boundary.
 
 Closes a gap of the mutation audit in ``streamdp/mechanisms/adaptive/sequential.py`` (``savings_allocation_fixed``
 accepted B_i one below the floor when the check used (m − l)·B). Hand values, m = 4 and B = 100 (fixed-point grid
-units), worked out from 000 Alg. 3 lines 3–4:
+units), worked out from Liang–Yi (adaptive budgeting) Alg. 3 lines 3–4:
 
     γ_l = ((l − 1)/(m − 1))·(1 − 3/4) + 3/4 = 3/4, 5/6, 11/12, 1          for l = 1, 2, 3, 4
     floor_l = ((m − l + 1)/m)·B = 100, 75, 50, 25

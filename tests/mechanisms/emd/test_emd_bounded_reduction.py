@@ -1,4 +1,4 @@
-"""004 Alg. 3, Lemma 5.2, Thm 5.3: BoundedEMDReduction."""
+"""Imola et al. (EMD) Alg. 3, Lemma 5.2, Thm 5.3: BoundedEMDReduction."""
 
 from __future__ import annotations
 

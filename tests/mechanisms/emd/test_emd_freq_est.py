@@ -1,4 +1,4 @@
-"""004 §6.2, Alg. 4, App. D.3: clustered k-RR, its closed-form inverse, FreqEstLocal, Laplace baseline."""
+"""Imola et al. (EMD) §6.2, Alg. 4, App. D.3: clustered k-RR, its closed-form inverse, FreqEstLocal, Laplace baseline."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_randomizer_law_chi2():
     rng = unsafe_seeded_generator(430)
     c, g, gamma, a0 = 3, 4, 0.3, 1.2
     krr = ClusteredKRR(c, g, gamma, a0)
-    # the law written here from 004 §6.2, not taken from the code (test audit of 2026-11-23): d(x, y) = 0 on the
+    # the law written here from Imola et al. (EMD) §6.2, not taken from the code (test audit of 2026-11-23): d(x, y) = 0 on the
     # diagonal, γ inside a cluster, 1 across; P(y | x) = e^{−α0·d(x, y)} / Σ_y' e^{−α0·d(x, y')}
     k = c * g
     d = np.array([[0.0 if x == y else (gamma if x // g == y // g else 1.0) for x in range(k)] for y in range(k)])

@@ -1,4 +1,4 @@
-"""004 Alg. 2, Thm 4.3–4.4: PrivEMDItemWise, composition and shuffle bounds, α0 calibration."""
+"""Imola et al. (EMD) Alg. 2, Thm 4.3–4.4: PrivEMDItemWise, composition and shuffle bounds, α0 calibration."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_linear_form_upper_bounds_fmt_form():
 
 
 def _ref_shuffle_alpha(a0, m, delta, model, n=None):
-    """notes/004.md item 2 (004 Thm 4.3–4.4, FMT22 form), written out per model; inf outside the validity range
+    """implementation notes on Imola et al. (EMD), item 2 (Imola et al. (EMD) Thm 4.3–4.4, FMT22 form), written out per model; inf outside the validity range
     α0 ≤ log(N/(16 log(2/δ))), N = m (local) or n·m (central)."""
     n_sh = m if model == "local" else n * m
     if a0 > math.log(n_sh / (16 * math.log(2 / delta))):
@@ -73,7 +73,7 @@ def _ref_shuffle_alpha(a0, m, delta, model, n=None):
 
 
 def _ref_calibration(alpha, m, delta, model, n=None):
-    """Reference α0: composition α0 = α/m (α = m·α0, 004 §4.2); shuffle α0 by plain bisection of
+    """Reference α0: composition α0 = α/m (α = m·α0, Imola et al. (EMD) §4.2); shuffle α0 by plain bisection of
     _ref_shuffle_alpha(α0) = α at the per-step δ_step = δ/Σ_{j=0}^{m−1} e^{jα/m} (group-privacy chain over the m
     single-item changes; the paper's δ term is lost, see itemwise.py docstring); the larger α0 wins."""
     comp = alpha / m

@@ -1,4 +1,4 @@
-"""004 Alg. 1, Thm 4.1, Lemma 4.2: PrivEMDLinear."""
+"""Imola et al. (EMD) Alg. 1, Thm 4.1, Lemma 4.2: PrivEMDLinear."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""004 §2.2: d_EM between multisets, the clustered metric, simplex projection."""
+"""Imola et al. (EMD) §2.2: d_EM between multisets, the clustered metric, simplex projection."""
 
 from __future__ import annotations
 

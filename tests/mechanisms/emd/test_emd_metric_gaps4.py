@@ -1,4 +1,4 @@
-"""004 §2.2 Def. 2.4: d_EM known answers computed independently of the code, and the input checks (DESIGN §6).
+"""Imola et al. (EMD) §2.2 Def. 2.4: d_EM known answers computed independently of the code, and the input checks (contract §6).
 
 The transport-LP path (unequal multiset sizes, several sources and sinks) is checked against a hand-computed plan
 and against a brute force over permutations of the multisets replicated to a common size (two uniform measures

@@ -1,7 +1,7 @@
 """emd_points takes (m, d) arrays only: a flat list was silently read as ONE point in ℝ^m (np.atleast_2d), so
 emd_points([0, 1], [0, 2]) returned 1.0 — the distance between the points (0, 1) and (0, 2) — where the 1-D
-multisets {0, 1} and {0, 2} are at d_EM = (|0−0| + |1−2|)/2 = 0.5 (004 Def. 2.4). Bad input gets a clear error
-(DESIGN §6)."""
+multisets {0, 1} and {0, 2} are at d_EM = (|0−0| + |1−2|)/2 = 0.5 (Imola et al. (EMD) Def. 2.4). Bad input gets a clear error
+(contract §6)."""
 
 from __future__ import annotations
 

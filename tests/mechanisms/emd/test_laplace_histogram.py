@@ -1,12 +1,12 @@
-"""LaplaceHistogram, the central user-level baseline of 004 §6.2.2 (Lemma 6.7): noise law before the projection,
+"""LaplaceHistogram, the central user-level baseline of Imola et al. (EMD) §6.2.2 (Lemma 6.7): noise law before the projection,
 its scale, and its cost.
 
-Scale (004 Lemma 6.7; the converted paper lost the formula, reconstructed in notes/004.md and checked here):
+Scale (Imola et al. (EMD) Lemma 6.7; the converted paper lost the formula, reconstructed in implementation notes on Imola et al. (EMD) and checked here):
 n users each hold m items (bounded), h = normalised histogram of all n·m items. Changing one user's m items
 moves at most m of the n·m unit masses, each from one bin to another, so ‖h − h'‖₁ ≤ 2m/(n·m) = 2/n. The Laplace
 mechanism with ℓ1 sensitivity Δ = 2/n adds Lap(Δ/ε) = Lap(2/(n·ε)) to every bin and is ε-user-level DP; the
 simplex projection that follows is post-processing. Cost: pure ε-DP is ε²/2-zCDP (Bun–Steinke 2016 Prop. 1.4;
-001 Thm 3), δ = 0, nothing in the other notions.
+Rogers (unknown-domain) Thm 3), δ = 0, nothing in the other notions.
 
 The release returns only the projected vector, so the noise is observed at the smallest point that exposes it:
 the argument of the projection, recorded by wrapping ``freq_est.project_to_simplex`` (the wrapper calls the real

@@ -1,4 +1,4 @@
-"""Point-set checks of the geo mechanisms (DESIGN §6: bad input gets a clear error naming the parameter).
+"""Point-set checks of the geo mechanisms (contract §6: bad input gets a clear error naming the parameter).
 
 A 1-D vector is not an (n, d) point set: the identity query would otherwise read [lat, lon] as two 1-D points and
 calibrate its noise for n = 2, and an empty or 3-D array must not reach a mechanism either.

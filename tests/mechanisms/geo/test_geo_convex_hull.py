@@ -1,4 +1,4 @@
-"""003 Alg. 4 (private convex hull) with the anchor release, the Basic baseline and the Jaccard geometry."""
+"""Liang–Yi (CGP) Alg. 4 (private convex hull) with the anchor release, the Basic baseline and the Jaccard geometry."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_midpoint_center_is_sqrt2_lipschitz():
         dinf = np.sqrt(((x - y) ** 2).sum(1)).max()
         worst = max(worst, np.linalg.norm(midpoint_center(x) - midpoint_center(y)) / dinf)
     assert worst <= math.sqrt(2) + 1e-12
-    # tight example (003 Lemma F.1): the x-extreme points move +1 in x, the y-extreme points +1 in y
+    # tight example (Liang–Yi (CGP) Lemma F.1): the x-extreme points move +1 in x, the y-extreme points +1 in y
     x = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
     y = x + np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])  # dist_∞(x, y) = 1
     assert np.linalg.norm(midpoint_center(x) - midpoint_center(y)) == pytest.approx(math.sqrt(2))
@@ -76,7 +76,7 @@ def test_known_answers_k_and_cost():
     ],
 )
 def test_pch_pnn_and_anchor_budget_match_alg4(monkeypatch, rho, share, k, eps_hand):
-    """The budget the code actually hands to PNN and to the anchor release, worked out by hand from 003:
+    """The budget the code actually hands to PNN and to the anchor release, worked out by hand from Liang–Yi (CGP):
     the anchor release keeps share·ρ ("Finding the convex hull privately": run Alg. 4 with, say, half the budget,
     privatise x_A with the other half); Alg. 4 runs on ρ_A = (1 − share)·ρ with line 1 ρ0 = ρ_A/20,
     ρ1 = (ρ_A − ρ0)/k and line 8 a_j = PNN(x, P_j, {1, …, n}, √(2ρ1)) for j = 1..k (γ0 = 0, Thm 4.11).
@@ -149,7 +149,7 @@ def test_pch_noise_laws():
         assert abs(z.mean()) < 5 / math.sqrt(n)
 
 
-# the centre's and radius' σ by hand (003 Alg. 4 lines 2–3): tests/mechanisms/geo/test_geo_granular_review12.py
+# the centre's and radius' σ by hand (Liang–Yi (CGP) Alg. 4 lines 2–3): tests/mechanisms/geo/test_geo_granular_review12.py
 # (test_pch_centre_radius_and_anchors_on_their_grids, which spies on the granular draws the hull now makes)
 
 
@@ -160,9 +160,9 @@ def clustered_points(rng, n, n_clusters=5, extent=2000.0, spread=100.0):
 
 @pytest.mark.statistical
 def test_pch_beats_basic_on_clustered_data():
-    """003 §5 Fig. 5: PCH keeps a useful hull where Basic (CONV of all noisy points) blows up. Regime chosen here:
+    """Liang–Yi (CGP) §5 Fig. 5: PCH keeps a useful hull where Basic (CONV of all noisy points) blows up. Regime chosen here:
     n = 2000 points in 5 clusters (extent 2000 units, spread 100), ρ = 1e-3 per unit². Measured mean Jaccard over
-    10 instances: ~0.45 (PCH) vs ~0.06 (Basic). (At ρ ≥ 0.1 Basic wins on this data, cf. 003 Remark 1.)"""
+    10 instances: ~0.45 (PCH) vs ~0.06 (Basic). (At ρ ≥ 0.1 Basic wins on this data, cf. Liang–Yi (CGP) Remark 1.)"""
     rng = unsafe_seeded_generator(342)
     jp, jb = [], []
     for _ in range(10):

@@ -1,8 +1,8 @@
-"""Second-round mutation gaps in the geo mechanisms (003 Lemma 2.6, Alg. 1 / Thm D.1).
+"""Second-round mutation gaps in the geo mechanisms (Liang–Yi (CGP) Lemma 2.6, Alg. 1 / Thm D.1).
 
 * PlanarLaplaceGP must scale its noise with the Lipschitz constant K of g: density ∝ exp(−(ε/K)‖z‖), so the
-  radius is Gamma(2, scale K/ε) (003 Lemma 2.6). The existing tests used K = 1 only for the release.
-* SparseVectorGP draws the threshold noise W ONCE for the whole run (003 Alg. 1 line 2); the implementation draws
+  radius is Gamma(2, scale K/ε) (Liang–Yi (CGP) Lemma 2.6). The existing tests used K = 1 only for the release.
+* SparseVectorGP draws the threshold noise W ONCE for the whole run (Liang–Yi (CGP) Alg. 1 line 2); the implementation draws
   the query noise in blocks (first 64 queries, then 128, 256, …), and redrawing W per block would break Thm D.1.
   The existing halting-law tests used runs shorter than one block.
 """
@@ -45,7 +45,7 @@ def _lap_cdf(z, b):
 
 @pytest.mark.statistical
 def test_svt_threshold_noise_is_drawn_once_for_runs_longer_than_a_block():
-    """Constant answers g_j = 15, T = 0, ε = 1, K = 1, 448 queries: W ~ Lap(2) once, V_j ~ Lap(4) (003 Alg. 1).
+    """Constant answers g_j = 15, T = 0, ε = 1, K = 1, 448 queries: W ~ Lap(2) once, V_j ~ Lap(4) (Liang–Yi (CGP) Alg. 1).
     Given W = w each query halts independently w.p. p(w) = F_Lap(4)(w − 15), so
         Pr[index ∈ [a, b)] = E_W[(1 − p)^a − (1 − p)^b],   Pr[⊥] = E_W[(1 − p)^448]
     (integrated over W here, independently of the code). Chi-squared over the bins [0,64), [64,192), [192,448),
@@ -81,8 +81,8 @@ def test_svt_threshold_noise_is_drawn_once_for_runs_longer_than_a_block():
 
 
 def test_planar_laplace_cost_is_eps_squared_over_2_whatever_the_lipschitz_constant():
-    """ε-GP is per distance unit of the INPUT (003 Def. 2); K only widens the noise (rate ε/K). The CGP charge is
-    ε²/2 (003 Lemma 3.6): ε = 0.3 ⇒ 0.045 for K = 1, 2 and 5 alike (not (ε/K)²/2 = 0.01125 for K = 2)."""
+    """ε-GP is per distance unit of the INPUT (Liang–Yi (CGP) Def. 2); K only widens the noise (rate ε/K). The CGP charge is
+    ε²/2 (Liang–Yi (CGP) Lemma 3.6): ε = 0.3 ⇒ 0.045 for K = 1, 2 and 5 alike (not (ε/K)²/2 = 0.01125 for K = 2)."""
     for k_lip in (1.0, 2.0, 5.0):
         m = PlanarLaplaceGP(0.3, lipschitz=k_lip)
         assert m.cost().cgp_rho == pytest.approx(0.045, rel=1e-12)

@@ -1,4 +1,4 @@
-"""003 Thm 3.1 / Thm 4.8: Gaussian mechanism and identity query under CGP."""
+"""Liang–Yi (CGP) Thm 3.1 / Thm 4.8: Gaussian mechanism and identity query under CGP."""
 
 from __future__ import annotations
 

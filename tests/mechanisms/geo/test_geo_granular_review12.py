@@ -92,7 +92,7 @@ def test_identity_query_release_is_on_its_grid_in_one_draw(monkeypatch):
 @pytest.mark.parametrize("rho,share,sigma_hand", [(1.0, 0.5, math.sqrt(60.0)),  # ρ0 = 0.5/20: √(3/0.05)
                                                   (0.2, 0.25, math.sqrt(200.0))])  # ρ0 = 0.15/20: √(3/0.015)
 def test_pch_centre_radius_and_anchors_on_their_grids(monkeypatch, rho, share, sigma_hand):
-    """003 Alg. 4 lines 2–3 by hand: the centre (√2-Lipschitz, Gaussian at 2ρ0/3) and the radius (1-Lipschitz, at
+    """Liang–Yi (CGP) Alg. 4 lines 2–3 by hand: the centre (√2-Lipschitz, Gaussian at 2ρ0/3) and the radius (1-Lipschitz, at
     ρ0/3) both get σ0 = √(3/(2ρ0)), ρ0 = (1 − share)·ρ/20 — the first two granular draws, 2 coordinates then 1 — and
     are published on the grid g0 = granularity(σ0); the anchors on the identity query's grid at |A| points."""
     calls = []

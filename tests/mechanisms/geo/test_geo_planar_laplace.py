@@ -1,4 +1,4 @@
-"""003 Lemma 2.6 / Thm 4.6 / Lemma 3.6: planar Laplace under GP, GP identity query, GP → CGP cost."""
+"""Liang–Yi (CGP) Lemma 2.6 / Thm 4.6 / Lemma 3.6: planar Laplace under GP, GP identity query, GP → CGP cost."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ P_MIN = 1e-6
 def test_known_answers():
     iq = IdentityQueryGP(0.5)
     assert iq.per_point_epsilon(100) == pytest.approx(0.005)
-    # radius ~ Gamma(2, n/ε): mean 2n/ε (003 Cor. A.1), from the density ε²r e^{−εr} integrated here
+    # radius ~ Gamma(2, n/ε): mean 2n/ε (Liang–Yi (CGP) Cor. A.1), from the density ε²r e^{−εr} integrated here
     e = 0.005
     mean, _ = integrate.quad(lambda r: r * e * e * r * math.exp(-e * r), 0, np.inf)
     assert iq.expected_point_error(100) == pytest.approx(mean, rel=1e-9)

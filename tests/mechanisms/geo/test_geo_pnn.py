@@ -1,4 +1,4 @@
-"""003 Alg. 2 (PNN), Alg. 3 (k-PNN), Thm 4.10, and the Basic kNN baseline."""
+"""Liang–Yi (CGP) Alg. 2 (PNN), Alg. 3 (k-PNN), Thm 4.10, and the Basic kNN baseline."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _lap_cdf(z, b):
 def exact_pnn_distribution(dist, eps, gamma0=0.0, n_grid=40_001):
     """Pr[PNN returns candidate i] (no cap), from Alg. 2 with the paper's scales: T = h + Z + γ0, Z ~ Lap(3/ε);
     SVT(2ε/3): W ~ Lap(3/ε), V ~ Lap(6/ε). Only Y = Z + W matters; its density is (b + |y|)e^{−|y|/b}/(4b²)
-    (003 Lemma E.4, b = 3/ε). Given Y = y each visit to i halts w.p. p_i = F_V(h + γ0 + y − d_i) and the cyclic
+    (Liang–Yi (CGP) Lemma E.4, b = 3/ε). Given Y = y each visit to i halts w.p. p_i = F_V(h + γ0 + y − d_i) and the cyclic
     SVT returns i w.p. Π_{l<i}(1 − p_l)·p_i / (1 − Π_l(1 − p_l))."""
     d = np.asarray(dist, float)
     b = 3.0 / eps
@@ -149,7 +149,7 @@ def clustered_points(rng, n, n_clusters=5, extent=2000.0, spread=100.0):
 
 @pytest.mark.statistical
 def test_k_pnn_beats_basic_on_clustered_data():
-    """003 §5 Fig. 3/4: for small k the PNN error grows like √k·log n while Basic grows like √n. Regime chosen
+    """Liang–Yi (CGP) §5 Fig. 3/4: for small k the PNN error grows like √k·log n while Basic grows like √n. Regime chosen
     here: n = 2000 points in 5 clusters (extent 2000 units, spread 100), k = 5, ρ = 1e-3 per unit²; the query
     point is a jittered data point. Measured over 15 instances: median ratio ~20 (PNN) vs ~40 (Basic)."""
     rng = unsafe_seeded_generator(334)

@@ -1,4 +1,4 @@
-"""003 Alg. 1 / Thm D.1: the sparse vector technique under GP."""
+"""Liang–Yi (CGP) Alg. 1 / Thm D.1: the sparse vector technique under GP."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""PNN's internal budget split (003 Alg. 2) and geo_knn's per-point selection budget (003 Alg. 3, Thm 3.2).
+"""PNN's internal budget split (Liang–Yi (CGP) Alg. 2) and geo_knn's per-point selection budget (Liang–Yi (CGP) Alg. 3, Thm 3.2).
 
 These close two gaps of the mutation audit: the threshold noise Z ~ Lap(3/ε) of PNN line 1 and the SVT budget
 2ε/3 of PNN line 2 (``streamdp/mechanisms/geo/pnn.py``), and ρ_sel = select_share·ρ/m per query point in
-``GeoKNN`` (``streamdp/engine/queries/geo.py``). Every expected value is worked out here from 003:
+``GeoKNN`` (``streamdp/engine/queries/geo.py``). Every expected value is worked out here from Liang–Yi (CGP):
 
 * Alg. 2: T = h(x_I; p) + Z + γ0, Z ~ Lap(3/ε) (ε/3-GP, h is 1-Lipschitz by Lemma 4.9); then
   SVT(2ε/3, T, K = 1) cycling through I.
@@ -67,7 +67,7 @@ def _pnn_choice_law(dist, b_z, b_w, b_v, gamma0=0.0, n_grid=40_001):
 # ------------------------------------------------------------------------------------------------ PNN (Alg. 2)
 @pytest.mark.statistical
 def test_pnn_threshold_noise_is_laplace_3_over_eps_and_the_svt_runs_at_two_thirds_eps(monkeypatch):
-    """003 Alg. 2 at ε = 0.5, γ0 = −1: the SVT is built with budget 2ε/3 = 1/3, and the threshold it receives is
+    """Liang–Yi (CGP) Alg. 2 at ε = 0.5, γ0 = −1: the SVT is built with budget 2ε/3 = 1/3, and the threshold it receives is
     T = h + Z + γ0 with h = min_i ‖x_i − p‖ = 2 here, so Z = T − 2 + 1 must be Lap(3/ε) = Lap(6) (KS), and is
     NOT Lap(1/ε) = Lap(2) (the audit's mutant; KS rejects it on the same sample).
     The SVT's own noise at budget 1/3 (Alg. 1): W ~ Lap(1/(1/6)) = Lap(6), V ~ Lap(2/(1/6)) = Lap(12)."""
@@ -131,8 +131,8 @@ def test_pnn_step_count_law_with_one_candidate():
 # ----------------------------------------------------------------------------------- geo_knn (Alg. 3 per point)
 def test_geo_knn_spends_share_rho_over_m_per_point_and_sqrt_2rho_sel_over_k_per_pnn_call(monkeypatch):
     """ρ = 100 per unit², m = 2 query points, select_share = 0.4, k = 2, 4 located users:
-    ρ_sel = 0.4·100/2 = 20 per point (k-PNN is ρ_sel-CGP, 003 Alg. 3), so each of the m·k = 4 PNN calls runs at
-    ε_j = √(2·20/2) = √20; ρ_rel = 0.6·100/2 = 30 per point. Composition over the 2m steps (003 Thm 3.2):
+    ρ_sel = 0.4·100/2 = 20 per point (k-PNN is ρ_sel-CGP, Liang–Yi (CGP) Alg. 3), so each of the m·k = 4 PNN calls runs at
+    ε_j = √(2·20/2) = √20; ρ_rel = 0.6·100/2 = 30 per point. Composition over the 2m steps (Liang–Yi (CGP) Thm 3.2):
     2·(2·(√20)²/2 + 30) = 100 = ρ."""
     k_pnn_rhos, pnn_eps = [], []
     real_k_pnn, real_inner = geo_module.k_pnn, pnn_module._pnn_on_distances
@@ -162,7 +162,7 @@ def test_geo_knn_selection_law_matches_pnn_at_share_rho_over_m():
     with ρ_sel = select_share·ρ/m (k = 1).
 
     ρ = 1 per m², m = 2 points (NYC, LA), select_share = 0.1: ρ_sel = 0.05, ε_j = √0.1; ρ_rel = 0.45 and the
-    released f_j has σ = (√2/k)/√(2ρ_rel) = 1.4907 m (003 Thm 3.1, user neighbourhood). Around each point two
+    released f_j has σ = (√2/k)/√(2ρ_rel) = 1.4907 m (Liang–Yi (CGP) Thm 3.1, user neighbourhood). Around each point two
     users at 100 m and 120 m (the other point's users are ~3900 km away and never chosen): a released mean
     distance < 110 m means the 100 m user was selected (misread w.p. Φ(−10/1.49) ≈ 1e-11). Pr[100 m user] from
     Alg. 2 with Z, W ~ Lap(3/ε_j), V ~ Lap(6/ε_j), candidates in row order (the far users first for LA: they never

@@ -1,18 +1,18 @@
-"""How the projected estimators wire their interval step (002 §III-D, §III-E): budget per step and utility
+"""How the projected estimators wire their interval step (Rameshwar–Tandon (IoT means) §III-D, §III-E): budget per step and utility
 sensitivity under each grouping, read off the law of the released interval, and OptimizedQuantile's levels.
 
 Closes gaps of the mutation audit in ``streamdp/mechanisms/grid_means/estimators.py``. Expected laws are worked
-out here from 002 and notes/002.md, never read from the code under test:
+out here from Rameshwar–Tandon (IoT means) and implementation notes on Rameshwar–Tandon (IoT means), never read from the code under test:
 
-* Levy (002 §III-D1, Alg. 3) at ε_I = ε/2: τ = U·√(log(2K̄/γ)/(2 m_UB)) (eq. (8), γ = 0.2), ⌈U/τ⌉ bins of width τ,
+* Levy (Rameshwar–Tandon (IoT means) §III-D1, Alg. 3) at ε_I = ε/2: τ = U·√(log(2K̄/γ)/(2 m_UB)) (eq. (8), γ = 0.2), ⌈U/τ⌉ bins of width τ,
   midpoints (j + ½)τ, cost c(x) = max(#{μ_i < x}, #{μ_i > x}), x̂ drawn ∝ exp(−ε_I·c(x)/(2Δc)),
   [a, b] = [max(0, x̂ − 3τ/2), min(x̂ + 3τ/2, U)]. Δc = 1 under BestFit (a user is in one array); under WrapAround a
   user can move two array means, so Δc = 2 (the erratum in private_interval.py: Alg. 3 as printed is only ε_I-DP
   for Δc = 1).
-* FixedQuantile (002 §III-E1): Smith's exponential mechanism for the 1/10 and 9/10 quantiles at ε/4 each; gap i of
-  the padded sorted array means (i = 0 … n) is drawn ∝ width_i·exp(−(ε/4)·|i − q·n|/(2Δu)) (notes/002.md), the
+* FixedQuantile (Rameshwar–Tandon (IoT means) §III-E1): Smith's exponential mechanism for the 1/10 and 9/10 quantiles at ε/4 each; gap i of
+  the padded sorted array means (i = 0 … n) is drawn ∝ width_i·exp(−(ε/4)·|i − q·n|/(2Δu)) (implementation notes on Rameshwar–Tandon (IoT means)), the
   output uniform in the gap; Δu = 1 (BestFit) or 2 (WrapAround). The interval is the two draws, sorted.
-* OptimizedQuantile (002 §III-E2): the (t/K̄, 1 − t/K̄) interquantile interval with t = ⌈2/ε⌉.
+* OptimizedQuantile (Rameshwar–Tandon (IoT means) §III-E2): the (t/K̄, 1 − t/K̄) interquantile interval with t = ⌈2/ε⌉.
 
 Statistical checks: fixed seeds, acceptance at p > 1e-6, and the nearby wrong law rejected at p < 1e-6 on the same
 sample.
@@ -123,7 +123,7 @@ def test_fixed_quantile_interval_spends_eps_over_4_per_end_with_the_grouping_sen
 
 # ------------------------------------------------------------------------------------------- OptimizedQuantile
 def test_optimized_quantile_levels_are_ceil_2_over_eps_over_k_bar():
-    """002 §III-E2: t = ⌈2/ε⌉. ε = 0.3: 2/0.3 = 6.67 → t = 7, K̄ = 100 → (0.07, 0.93) (⌊2/ε⌋ = 6 would give 0.06).
+    """Rameshwar–Tandon (IoT means) §III-E2: t = ⌈2/ε⌉. ε = 0.3: 2/0.3 = 6.67 → t = 7, K̄ = 100 → (0.07, 0.93) (⌊2/ε⌋ = 6 would give 0.06).
     ε = 0.7: 2/0.7 = 2.86 → t = 3, K̄ = 50 → (0.06, 0.94). ε = 0.3 with K̄ = 10: t/K̄ = 0.7 > 1/2, both levels
     clamped to 1/2 (the estimator's documented rule)."""
     assert OptimizedQuantile(0.3, 1.0).quantile_levels(100) == (pytest.approx(0.07), pytest.approx(0.93))

@@ -1,4 +1,4 @@
-"""m_UB rules (002 Lemma III.2 median; eq. (10)). Expected values are recomputed here from the formulas."""
+"""m_UB rules (Rameshwar–Tandon (IoT means) Lemma III.2 median; eq. (10)). Expected values are recomputed here from the formulas."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from streamdp.noise.generator import unsafe_seeded_generator
 
 
 def eq10_brute_force(counts) -> int:
-    """argmax_{m_* ≤ m ≤ m*} Σ_ℓ min(m_ℓ, m)/√m, first maximiser (002 eq. (10)), written out."""
+    """argmax_{m_* ≤ m ≤ m*} Σ_ℓ min(m_ℓ, m)/√m, first maximiser (Rameshwar–Tandon (IoT means) eq. (10)), written out."""
     best, best_m = -1.0, None
     for m in range(min(counts), max(counts) + 1):
         val = sum(min(c, m) for c in counts) / math.sqrt(m)
@@ -55,7 +55,7 @@ def test_median_is_the_lower_median_and_satisfies_lemma_III_2():
 
 def test_itms_profile_rules():
     c = itms_count_profile()
-    assert median_m_ub(c) == 46  # 002 §IV-B: med(m_1, …, m_L) = 46
+    assert median_m_ub(c) == 46  # Rameshwar–Tandon (IoT means) §IV-B: med(m_1, …, m_L) = 46
     assert eq10_m_ub(c) == eq10_brute_force(list(c))
 
 

@@ -13,7 +13,7 @@ from streamdp.noise.generator import unsafe_seeded_generator
 def test_mapping_input_concatenates_in_order_and_clips_to_0_U():
     raw = {"u1": [1.0, -3.0, 12.0], "u2": np.array([5.0]), "u3": []}
     g = GridValues.from_users(raw, upper=10.0)
-    assert g.user_ids == ("u1", "u2")  # u3 has no value: not in the grid (002 ^gℒ)
+    assert g.user_ids == ("u1", "u2")  # u3 has no value: not in the grid (Rameshwar–Tandon (IoT means) ^gℒ)
     np.testing.assert_array_equal(g.counts, [3, 1])
     np.testing.assert_array_equal(g.offsets, [0, 3, 4])
     np.testing.assert_array_equal(g.values, [1.0, 0.0, 10.0, 5.0])  # −3 → 0, 12 → U

@@ -1,5 +1,5 @@
-"""The five estimators (002 §III-B…E): sensitivities and noise scales recomputed from the paper's formulas,
-Laplace noise goodness of fit, a Monte Carlo privacy check, costs, and the ITMS-profile check of notes/002.md."""
+"""The five estimators (Rameshwar–Tandon (IoT means) §III-B…E): sensitivities and noise scales recomputed from the paper's formulas,
+Laplace noise goodness of fit, a Monte Carlo privacy check, costs, and the ITMS-profile check of implementation notes on Rameshwar–Tandon (IoT means)."""
 
 from __future__ import annotations
 
@@ -101,8 +101,8 @@ def test_optimized_quantile_levels():
 
 
 def test_cost_and_users_charged():
-    # one Laplace release: pure ε-DP ⇒ ε²/2 (001 Thm 3). Two steps composed in zCDP (001 Thm 6): the interval is an
-    # exponential mechanism, ε′²/8 (001 Thm 5), the projected mean a Laplace release at ε/2, (ε/2)²/2:
+    # one Laplace release: pure ε-DP ⇒ ε²/2 (Rogers (unknown-domain) Thm 3). Two steps composed in zCDP (Rogers (unknown-domain) Thm 6): the interval is an
+    # exponential mechanism, ε′²/8 (Rogers (unknown-domain) Thm 5), the projected mean a Laplace release at ε/2, (ε/2)²/2:
     # Levy (ε/2)²/8 + (ε/2)²/2 = 5ε²/32; Quantile 2·(ε/4)²/8 + (ε/2)²/2 = 9ε²/64
     want = {Baseline: 1 / 2, ArrayAveraging: 1 / 2, Levy: 5 / 32, FixedQuantile: 9 / 64, OptimizedQuantile: 9 / 64}
     for cls, k in want.items():
@@ -111,7 +111,7 @@ def test_cost_and_users_charged():
         assert est.cost(2.0).zcdp_rho == pytest.approx(k * 4.0, rel=1e-15)
         assert cls.cost_at(0.8) == est.cost()
         assert est.cost().zcdp_rho <= 0.8**2 / 2  # never above what the pure ε-DP of the whole would cost
-        # only users with a value in the grid pay (002 Thm II.3)
+        # only users with a value in the grid pay (Rameshwar–Tandon (IoT means) Thm II.3)
         assert est.users_charged({"a": [1.0], "b": [], "c": [3.0, 4.0]}) == ("a", "c")
     # a WrapAround user whose samples all fall in the deleted partial array is still charged
     assert "u3" in ArrayAveraging(1.0, U, grouping="wraparound").users_charged(HAND)
@@ -244,7 +244,7 @@ def test_monte_carlo_privacy_array_averaging():
 def test_itms_profile_statistics_and_baseline_identity():
     c = itms_count_profile()
     assert (c.size, c.min(), c.max(), c.sum(), int(np.median(c))) == (217, 1, 417, 17166, 46)
-    # 002 §IV-A: the Baseline MAE is E|Lap(b)| = b = Δ_f/ε = U·m*/(Σm·ε) = 0.0242922·U/ε on the ITMS profile.
+    # Rameshwar–Tandon (IoT means) §IV-A: the Baseline MAE is E|Lap(b)| = b = Δ_f/ε = U·m*/(Σm·ε) = 0.0242922·U/ε on the ITMS profile.
     assert 417 / 17166 == pytest.approx(0.0242922, abs=5e-8)
     g = GridValues.from_concatenated(np.full(c.sum(), 1.0), c, U)
     assert Baseline(0.5, U).release(g, unsafe_seeded_generator(0)).noise_scale == pytest.approx(
@@ -253,7 +253,7 @@ def test_itms_profile_statistics_and_baseline_identity():
 
 @pytest.mark.statistical
 def test_itms_profile_every_clipping_method_beats_baseline():
-    """notes/002.md: on clipped-Gaussian data with the ITMS count profile (U = 100), every clipping estimator has
+    """implementation notes on Rameshwar–Tandon (IoT means): on clipped-Gaussian data with the ITMS count profile (U = 100), every clipping estimator has
     a smaller MAE than Baseline, whose empirical MAE is 0.0242922·U/ε."""
     eps = 1.0
     grid = clipped_gaussian_grid(unsafe_seeded_generator(2002), itms_count_profile(), U)
@@ -273,5 +273,5 @@ def test_itms_profile_every_clipping_method_beats_baseline():
                 FixedQuantile(eps, U, grouping="wraparound"), OptimizedQuantile(eps, U, grouping="wraparound")):
         mae = np.mean([abs(est.estimate(grid, rng) - mu) for _ in range(n)])
         assert mae < analytic, f"{est!r}: MAE {mae:.4f} ≥ Baseline {analytic:.4f}"
-        if est.grouping == "bestfit":  # "by a wide margin" (002 §IV-B)
+        if est.grouping == "bestfit":  # "by a wide margin" (Rameshwar–Tandon (IoT means) §IV-B)
             assert mae < 0.5 * analytic, f"{est!r}: MAE {mae:.4f}"

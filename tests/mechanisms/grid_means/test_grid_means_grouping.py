@@ -1,4 +1,4 @@
-"""WrapAround (002 Alg. 1) and BestFit (002 Alg. 2): K, K̄, array contents and sensitivities, hand-checked."""
+"""WrapAround (Rameshwar–Tandon (IoT means) Alg. 1) and BestFit (Rameshwar–Tandon (IoT means) Alg. 2): K, K̄, array contents and sensitivities, hand-checked."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from streamdp.noise.generator import unsafe_seeded_generator
 
 
 def best_fit_reference(counts, m_ub):
-    """002 Alg. 2 transcribed literally: L empty arrays; users by non-increasing count (stable); each user's
+    """Rameshwar–Tandon (IoT means) Alg. 2 transcribed literally: L empty arrays; users by non-increasing count (stable); each user's
     r = min(m_ℓ, m_UB) samples go to the least-indexed array of maximal fill among those with room for r."""
     L = len(counts)
     w = [0] * L
@@ -98,7 +98,7 @@ def test_best_fit_matches_literal_transcription_and_invariants():
         r = np.minimum(counts, m_ub)
         assert plan.sample_index.size == r.sum()
         assert plan.fill().max() <= m_ub and plan.fill().min() >= 1
-        assert k_bar >= wraparound_num_arrays(counts, m_ub)  # 002 §III-A2: K̄ ≥ K
+        assert k_bar >= wraparound_num_arrays(counts, m_ub)  # Rameshwar–Tandon (IoT means) §III-A2: K̄ ≥ K
         # every user in exactly one array, with its first r_ℓ samples
         owner = np.repeat(np.arange(counts.size), counts)[plan.sample_index]
         for u in range(counts.size):
@@ -123,7 +123,7 @@ def test_wraparound_invariants():
 
 
 def test_itms_profile_reproduces_002_K_and_K_bar():
-    """002 §IV-B: with m_UB by eq. (10), K = 160 (WrapAround) and K̄ = 164 (BestFit)."""
+    """Rameshwar–Tandon (IoT means) §IV-B: with m_UB by eq. (10), K = 160 (WrapAround) and K̄ = 164 (BestFit)."""
     c = itms_count_profile()
     m_ub = eq10_m_ub(c)
     assert wraparound_num_arrays(c, m_ub) == int(np.minimum(c, m_ub).sum() // m_ub) == 160

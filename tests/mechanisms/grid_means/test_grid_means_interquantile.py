@@ -1,4 +1,4 @@
-"""Smith's private quantile (002 §III-E; Smith 2011 Alg. 2): the law over gaps, uniformity, privacy."""
+"""Smith's private quantile (Rameshwar–Tandon (IoT means) §III-E; Smith 2011 Alg. 2): the law over gaps, uniformity, privacy."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ P_MIN = 1e-6
 
 
 def gap_probabilities_by_formula(values, q, eps, lo, hi, du=1):
-    """P(i) ∝ c_i·exp(−ε|i − qn|/(2Δu)) (notes/002.md, on the public grid of the module docstring): c_i = the
+    """P(i) ∝ c_i·exp(−ε|i − qn|/(2Δu)) (implementation notes on Rameshwar–Tandon (IoT means), on the public grid of the module docstring): c_i = the
     number of grid points lo + j·h, h = 2^(⌊log2(hi − lo)⌋ − 20), with exactly i values strictly below them,
     counted here over every grid point; c_i → (x_(i+1) − x_(i))/h, the paper's gap width."""
     h = 2.0 ** (math.floor(math.log2(hi - lo)) - 20)
@@ -121,9 +121,9 @@ def test_quantile_costs_are_exponential_mechanism_costs():
         smith_quantile_cost,
     )
 
-    # Smith's mechanism is an exponential mechanism (utility −|rank − qn|, weights exp(−ε|…|/2)): ε²/8 (001 Thm 5)
+    # Smith's mechanism is an exponential mechanism (utility −|rank − qn|, weights exp(−ε|…|/2)): ε²/8 (Rogers (unknown-domain) Thm 5)
     assert smith_quantile_cost(0.25) == Cost(zcdp_rho=0.25**2 / 8)
-    # two ends at ε_each compose in zCDP (001 Thm 6): 2·ε_each²/8
+    # two ends at ε_each compose in zCDP (Rogers (unknown-domain) Thm 6): 2·ε_each²/8
     assert private_interquantile_interval_cost(0.25) == Cost(zcdp_rho=2 * 0.25**2 / 8)
 
 

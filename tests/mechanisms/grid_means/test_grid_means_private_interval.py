@@ -1,4 +1,4 @@
-"""Levy's PrivateInterval (002 Alg. 3, eq. (8)): τ, bins, costs, the exponential-mechanism law, its privacy."""
+"""Levy's PrivateInterval (Rameshwar–Tandon (IoT means) Alg. 3, eq. (8)): τ, bins, costs, the exponential-mechanism law, its privacy."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ P_MIN = 1e-6
 
 
 def costs_by_definition(means, upper, tau):
-    """002 Alg. 3 lines 2–4 written out: ⌈U/τ⌉ midpoints, μ_i = argmin_x∈T |Ā_i − x|, c(x) = max(#<, #>)."""
+    """Rameshwar–Tandon (IoT means) Alg. 3 lines 2–4 written out: ⌈U/τ⌉ midpoints, μ_i = argmin_x∈T |Ā_i − x|, c(x) = max(#<, #>)."""
     n = math.ceil(upper / tau)
     T = [(j + 0.5) * tau for j in range(n)]
     mu = [min(T, key=lambda x: (abs(a - x), x)) for a in means]
@@ -64,7 +64,7 @@ def test_costs_match_definition_on_random_inputs():
 def test_probabilities_are_exp_minus_eps_c_over_4(eps_total):
     means = [0.2, 1.0, 4.0, 4.4, 9.9]
     c = np.array([3, 2, 4, 4])
-    w = np.exp(-eps_total * c / 4)  # 002 Alg. 3 line 5 with the total ε (Levy spends ε/2 here)
+    w = np.exp(-eps_total * c / 4)  # Rameshwar–Tandon (IoT means) Alg. 3 line 5 with the total ε (Levy spends ε/2 here)
     _, p = private_interval_probabilities(means, eps_total / 2, 3.0, 10.0)
     np.testing.assert_allclose(p, w / w.sum(), rtol=1e-12)
     # WrapAround: utility sensitivity 2 → exp(−ε c / 8)
@@ -124,7 +124,7 @@ def test_interval_cost_is_the_exponential_mechanism_cost():
     from streamdp.accounting.cost import Cost
     from streamdp.mechanisms.grid_means.private_interval import private_interval_cost
 
-    # an exponential mechanism at ε (weights exp(−ε·c/(2Δc))): ε-DP with range ε ⇒ ε²/8-zCDP (001 Thm 5)
+    # an exponential mechanism at ε (weights exp(−ε·c/(2Δc))): ε-DP with range ε ⇒ ε²/8-zCDP (Rogers (unknown-domain) Thm 5)
     assert private_interval_cost(0.5) == Cost(zcdp_rho=0.5**2 / 8)
     with pytest.raises(ValueError, match="epsilon"):
         private_interval_cost(0.0)
