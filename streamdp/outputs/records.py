@@ -65,6 +65,9 @@ class ReleaseRecord:
     cost: dict  # published: a bound from public information
     meta: dict
     realized: dict = None  # ledger only: max individual cost and users charged (private)
+    # how the window closed: "watermark" (every input partition's watermark passed its end: complete) or
+    # "end_of_input" (closed at the end of a bounded input before that: it may be incomplete) — docs/subscribers.md
+    closed_by: str = "watermark"
 
     @property
     def key(self) -> str:
@@ -74,7 +77,7 @@ class ReleaseRecord:
     def build(cls, q, w, rel, costs: np.ndarray) -> "ReleaseRecord":
         return cls(query=q.id, kind=q.kind, epoch=w.epoch, t=w.t, seq=w.seq, start=w.start, end=w.end,
                    values=rel.values, cost=public_cost_dict(q.public_cost(rel), q.public_cost_basis),
-                   meta=dict(rel.meta), realized=cost_summary(costs))
+                   meta=dict(rel.meta), realized=cost_summary(costs), closed_by=getattr(w, "closed_by", "watermark"))
 
     def to_dict(self) -> dict:
         return {
@@ -84,6 +87,7 @@ class ReleaseRecord:
             "kind": self.kind,
             "epoch": self.epoch,
             "window": {"t": self.t, "seq": self.seq, "start": self.start, "end": self.end},
+            "closed_by": self.closed_by,
             "values": self.values,
             "cost": self.cost,
             **({"meta": self.meta} if self.meta else {}),
@@ -97,11 +101,12 @@ class ReleaseRecord:
         d = orjson.loads(b)
         w = d["window"]
         return cls(query=d["query"], kind=d["kind"], epoch=d["epoch"], t=w["t"], seq=w["seq"], start=w["start"],
-                   end=w["end"], values=d["values"], cost=d["cost"], meta=d.get("meta", {}), realized={})
+                   end=w["end"], values=d["values"], cost=d["cost"], meta=d.get("meta", {}), realized={},
+                   closed_by=d.get("closed_by", "watermark"))
 
     def ledger_entry(self) -> dict:
         e = {"type": "release", "key": self.key, "query": self.query, "kind": self.kind, "epoch": self.epoch,
-             "window": self.t, "seq": self.seq}
+             "window": self.t, "seq": self.seq, "closed_by": self.closed_by}
         realized = self.realized or {}
         for notion in NOTIONS:
             if notion in realized:

@@ -41,8 +41,7 @@ def _snapshot(seed) -> bytes:
     eng = _engine(seed)
     eng.ingest(parse_batch([orjson.dumps({"user": f"u{i}", "ts": 1.7e9 + 10.0 + 60 * (i % 3), "items": ["x"]})
                             for i in range(30)])[0])
-    eng.windows.flush()
-    eng.close_due()
+    eng.flush()
     return eng.snapshot()
 
 
