@@ -128,6 +128,9 @@ def run_worker(args) -> int:
     from streamdp.cli.main import CLIError
 
     cfg = _load(args)
+    if getattr(args, "close_open_windows", None) and args.drain_idle is None:
+        raise CLIError("--close-open-windows closes the open windows at the end of a bounded input: it needs "
+                       "--drain-idle SECONDS")
     if args.role == "ingest":
         return run_ingest(args, cfg)
     if args.input_topic is not None:

@@ -144,3 +144,20 @@ def test_the_worker_stage_dead_letters_absurd_times_before_any_watermark():
                             (0, "x", "too_far_in_future")]
     assert e.windows.origin == e_ref.windows.origin
     assert out == out_ref
+
+
+def test_the_default_max_future_is_a_thousand_windows_within_seven_to_thirty_days():
+    """One far-future event moves its partition's watermark at most max_future_seconds ahead: by default 1,000
+    windows (the 30-day default let one event close 43,117 one-minute windows in the 2026-12-06 fault campaign), but
+    at least 7 days — a partition silent for longer than the limit has its next events refused — and at most 30."""
+    from streamdp.windows.tumbling import default_max_future
+
+    assert default_max_future(60.0) == 7 * DAY  # 1,000 minutes is under a day: the 7-day floor
+    assert default_max_future(900.0) == 900_000.0  # 1,000 quarter-hours ≈ 10.4 days
+    assert default_max_future(3600.0) == default_max_future(DAY) == 30 * DAY
+    raw = copy.deepcopy(RAW)
+    assert parse_config(raw).engine_config().max_future_seconds == 30 * DAY  # hourly windows
+    raw["service"]["window_seconds"] = 60.0
+    assert parse_config(raw).engine_config().max_future_seconds == 7 * DAY
+    raw["service"]["max_future_seconds"] = 120.0
+    assert parse_config(raw).engine_config().max_future_seconds == 120.0

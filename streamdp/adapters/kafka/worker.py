@@ -12,13 +12,14 @@ The Kafka twin of :class:`streamdp.engine.pipeline.EmbeddedPipeline`, in two con
   runs one step:
 
 1. bad events → dead-letter topic ``{"reason", "detail", "payload", "partition", "offset", …}`` keyed
-   ``<partition>/<offset>``;
-2. hold the parsed events in the :class:`~streamdp.adapters.kafka.ordering.CanonicalStage` (watermark over the
-   Kafka partitions) and close every due window through the engine (one atomic admit per window);
+   ``<partition>/<offset>`` (an event whose record key is not its user too: ``key_mismatch``);
+2. feed each partition's events to the engine through the :class:`~streamdp.adapters.kafka.ordering.CanonicalStage`
+   — each judged against its own partition's watermark, held per (window, partition) — and close the windows every
+   partition's watermark has passed (one atomic admit per window), at most ``CLOSE_STEP_WINDOWS`` per round;
 3. if windows closed (or every N batches / T seconds): ONE atomic Redis checkpoint (state + offsets + release log +
-   ledger + pending records, :mod:`~streamdp.adapters.kafka.checkpoint`); then publish each record to
-   ``<output_prefix><query id>`` keyed by ``query/epoch/window``; then acknowledge; then commit Kafka offsets (for
-   lag monitoring only).
+   ledger + pending records, :mod:`~streamdp.adapters.kafka.checkpoint`); then publish each record to partition 0
+   of ``<output_prefix><query id>`` keyed by ``query/epoch/window``; then acknowledge; then commit Kafka offsets (for
+   lag monitoring only, bounded: ``COMMIT_TIMEOUT``). More due windows: another round (2–3) before the next step.
 
 The blocking parts of a step — the window closes (the engine's admit/settle Lua calls) and the checkpoint (engine
 snapshot, encoding, the Lua call) — run in a worker thread (``asyncio.to_thread``) while the event loop goes on
@@ -31,7 +32,8 @@ dropped, and everything after the seek is fetched again from the restored offset
 
 Redis or Kafka failures never publish anything uncharged: the worker drops its in-memory state, restores the last
 checkpoint (retrying with backoff until Redis answers), re-publishes the pending records and seeks back to the
-checkpointed offsets. SIGTERM finishes the current step, checkpoints and exits 0.
+checkpointed offsets. SIGTERM finishes the current step (or round of closes), checkpoints and exits 0 — 5 when
+Kafka fails meanwhile (the final offset commit failed or timed out).
 
 Scale-out: workers of one consumer group use :class:`~streamdp.adapters.kafka.assignor.SingleOwnerAssignor` —
 one active owner of all input partitions, the others standby; hand-over through the checkpoint.
