@@ -390,8 +390,13 @@ class KafkaWorker:
         """Output topics with more than one partition (created before 2026-12-07, or by hand): the worker publishes
         on their partition 0 only, so that a query's releases are read in window order; records published before
         stay where they are (docs/subscribers.md)."""
+        from aiokafka.errors import KafkaError
+
         for topic in self.topic_of.values():
-            parts = self.consumer.partitions_for_topic(topic) if self.consumer is not None else None
+            try:
+                parts = await asyncio.wait_for(self.producer.partitions_for(topic), 10.0)
+            except (KafkaError, asyncio.TimeoutError):
+                continue  # not known yet: nothing to warn about
             if parts and len(parts) > 1:
                 log.warning("output topic %r has %d partitions: releases are published on its partition 0 only "
                             "(in window order); records published before this version may be on the others",
