@@ -44,6 +44,7 @@ from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, ReadPastEnd,
 from streamdp.adapters.metrics import WorkerMetrics
 
 log = logging.getLogger("streamdp.kafka")
+COMMIT_TIMEOUT = 2.0  # seconds an input-offset commit may take (as the worker's)
 
 
 class IngestWorker:
@@ -203,9 +204,14 @@ class IngestWorker:
         self.faults.hit("ingest_after_forward")  # forwarded, not committed: the next owner re-sends
         if commits:
             try:
-                await self.consumer.commit(commits)
+                # bounded (a deleted input topic's commit is retried for ever by aiokafka): not committed, the runs
+                # are forwarded again by the next owner, which the coordinator skips by input offset
+                await asyncio.wait_for(self.consumer.commit(commits), COMMIT_TIMEOUT)
             except (CommitFailedError, KafkaError) as e:  # a rebalance took them: the new owner re-sends
                 log.info("ingest commit refused (rebalance); the new owner re-sends", extra={"error": str(e)})
+            except asyncio.TimeoutError:
+                self._said.warn("commit", "ingest commit took too long; not committed (the runs are sent again "
+                                "after a restart, and skipped by the coordinator)", timeout_seconds=COMMIT_TIMEOUT)
 
     async def _committed(self, tp) -> int:
         off = await self.consumer.committed(tp)

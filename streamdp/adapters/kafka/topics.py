@@ -145,14 +145,19 @@ async def start_retrying(start, stop, stopping: asyncio.Event, *, first_delay: f
             delay = min(2 * delay, max_delay)
 
 
+STOP_TIMEOUT = 5.0  # seconds each client's stop may take on the shutdown path (a LeaveGroup to a dead broker…)
+
+
 async def stop_clients(*clients) -> None:
-    """Stop aiokafka clients, best effort (shutdown goes on if one fails)."""
+    """Stop aiokafka clients, best effort and bounded (shutdown goes on if one fails or hangs: every broker call on
+    the shutdown path is bounded)."""
     for c in clients:
         if c is not None:
             try:
-                await c.stop()
+                await asyncio.wait_for(c.stop(), STOP_TIMEOUT)
             except Exception as e:  # pragma: no cover - best effort on shutdown
-                log.warning("client stop failed", extra={"client": type(c).__name__, "error": str(e)})
+                log.warning("client stop failed",
+                            extra={"client": type(c).__name__, "error": str(e) or type(e).__name__})
 
 
 async def ensure_topics(client_kw: dict, names: list[str], partitions: int, replication: int = 1,

@@ -310,7 +310,7 @@ class KafkaWorker:
         self.offsets: dict[int, int] = {}  # input partition → next input offset (what the engine has)
         self.src_offsets: dict[int, int] = {}  # coordinator: internal partition → next offset
         self.owned: set[int] = set()  # partitions of the consumed topic held by this worker
-        self.input_partitions: set[int] = set()  # coordinator: every input partition (they hold the watermark)
+        self.input_partitions: set[int] = set()  # every input partition (they all hold the watermark)
         self._next_probe = 0.0  # coordinator drain: when the input topic may be probed again (_unforwarded)
         self._waiting_logged = False  # … and "waiting for stage A" said once per idle spell
         self.generation = 0  # bumped at every (re)assignment and seek: fetched batches of older ones are dropped
@@ -368,6 +368,8 @@ class KafkaWorker:
             if not self.coordinator:
                 await self.consumer.start()
                 self.lean = o.lean_fetch and install_lean_fetch(self.consumer)
+                # every input partition holds the watermark, owned or not: no window closes without its data
+                self.input_partitions = set(await topic_partitions(self.consumer, o.input_topic))
         else:
             from aiokafka import TopicPartition
 
@@ -375,6 +377,8 @@ class KafkaWorker:
                 await self.consumer.start()
                 self.lean = o.lean_fetch and install_lean_fetch(self.consumer)
             parts = await topic_partitions(self.consumer, self.source_topic)
+            if not self.coordinator:
+                self.input_partitions = set(parts)
             tps = [TopicPartition(self.source_topic, p) for p in parts]
             self.consumer.assign(tps)
             await self.on_assigned(tps)
@@ -872,7 +876,9 @@ class KafkaWorker:
                 engine.restore_tree(eng_state)
             stage.load_state(ck.state.get("stage") or {})  # a checkpoint of before 2026-12-07 (its events move in)
             engine.rng.bit_generator.state = ck.state["rng"]
-        engine.register_partitions(self.input_partitions if self.coordinator else self.owned)
+        # every partition of the input topic holds the watermark (a partition that has not delivered yet at −∞, until
+        # idle_timeout): a window closes only when all of them passed it, whoever owns them
+        engine.register_partitions(self.input_partitions | (set() if self.coordinator else self.owned))
         self.engine, self.stage = engine, stage
         self.offsets = {p: o for p, o in ck.offsets.items()}
         src = (ck.state or {}).get("source") or {}
