@@ -912,7 +912,7 @@ class KafkaWorker:
 
     # ---- one batch -----------------------------------------------------------------------------------------
     async def _step(self, items: list[Fetched]) -> None:
-        eng, stage = self.engine, self.stage
+        eng = self.engine
         t_batch = time.monotonic()
         dead_futs = []
         held = self.input_partitions if self.coordinator else self.owned
