@@ -49,8 +49,12 @@ def register(sub) -> None:
                    help="…and at least every N batches (default: kafka.checkpoint_batches, 100)")
     p.add_argument("--drain-idle", type=nonneg_seconds, default=None, metavar="SECONDS",
                    help="bounded input: after SECONDS without events, with the input read to its end, close "
-                        "every window, publish and exit (coordinator: once the input topic holds nothing stage A "
-                        "has not forwarded; ingest: stop once its partitions are read to the end)")
+                        "the windows the watermark has passed, publish and exit (coordinator: once the input topic "
+                        "holds nothing stage A has not forwarded; ingest: stop once its partitions are read to the "
+                        "end); the windows it has not passed stay open unless --close-open-windows")
+    p.add_argument("--close-open-windows", action="store_true", default=None,
+                   help="with --drain-idle: the input is complete — also close the windows the watermark has not "
+                        "passed (their records say closed_by: end_of_input)")
     p.add_argument("--standalone", action="store_true", default=None,
                    help="own every input partition without consumer-group coordination: exactly ONE worker per "
                         "input topic and group (restarts do not wait for the group's session timeout)")
@@ -134,6 +138,9 @@ def run_worker(args) -> int:
     from streamdp.cli.main import CLIError
 
     cfg = _load(args)  # first: without the 'kafka' extra, one line that says what to install
+    if getattr(args, "close_open_windows", None) and args.drain_idle is None:
+        raise CLIError("--close-open-windows closes the open windows at the end of a bounded input: it needs "
+                       "--drain-idle SECONDS")
     from streamdp.adapters.kafka.logs import setup_logging
     from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
 
@@ -186,6 +193,7 @@ def run_worker(args) -> int:
     _log_store_default_warnings(cfg, store)
     opts = WorkerOptions.from_config(cfg.kafka, checkpoint_seconds=args.checkpoint_seconds,
                                      checkpoint_batches=args.checkpoint_batches, drain_idle=args.drain_idle,
+                                     close_open_windows=getattr(args, "close_open_windows", None),
                                      session_timeout_ms=args.session_timeout_ms, use_group=not args.standalone,
                                      heartbeat_interval_ms=max(100, args.session_timeout_ms // 6), role=args.role,
                                      allow_empty_store=args.allow_empty_store or None)

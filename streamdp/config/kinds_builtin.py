@@ -80,7 +80,7 @@ register(QueryKind(
     source="Rogers (unknown-domain) Alg. 3/4, Thm 9/10 (unknown-domain Gumbel top-k, pay-what-you-get)",
     notion="zcdp",
     cost="per user present in window i: reserve k(i)*eps^2/8 and delta, settle |I(i)|*eps^2/8 and delta "
-         "(I(i) = returned items incl. bottom); stops after k_star items in total",
+         "(I(i) = returned items incl. bottom); stops after k_star released items in total (bottom not counted)",
     doc="ranked list of at most k items (no counts) per window, bottom when fewer qualify",
     needs=("items",),
     params=(
@@ -88,7 +88,8 @@ register(QueryKind(
         Param("delta", "float", "δ per window (threshold T = 1 + log(k̄/δ)/ε)", default=1e-6, gt=0, lt=1),
         Param("k", "int", "items returned per window at most", default=5, min=1),
         Param("kbar", "int", "k̄: candidates considered per window (top-(k̄+1) histogram)", default=20, min=1),
-        Param("k_star", "int", "k*: items returned over the whole run before the query stops", default=500, min=1),
+        Param("k_star", "int", "k*: items released (bottom not counted) over the whole run before the query stops",
+              default=500, min=1),
     ),
     build=_top_k,
     validate=_check_top_k,

@@ -52,9 +52,9 @@ SERVICE_PARAMS = (
           max=MAX_TS),
     Param("idle_timeout", "float", "seconds after which an idle partition no longer holds the watermark",
           default=None, gt=0),
-    Param("max_future_seconds", "float", "events this far ahead of the watermark, or of the current time, are "
-          "dead-lettered",
-          default=30 * 86400.0, gt=0),
+    Param("max_future_seconds", "float", "events this far ahead of the newest earlier time of their partition, or "
+          "of the current time, are dead-lettered (default: 1,000 windows, within 7 to 30 days)",
+          default=None, gt=0),
     Param("unsafe_test_seed", "int", "TEST MODE: deterministic noise — releases are NOT private", default=None,
           min=0),
 )
@@ -172,7 +172,9 @@ class ServiceConfig:
         s = self.service
         return EngineConfig(window_seconds=s["window_seconds"], horizon=s["horizon"], origin=s["origin"],
                             allowed_lateness=s["allowed_lateness"], idle_timeout=s["idle_timeout"],
-                            max_future_seconds=s["max_future_seconds"], unsafe_test_seed=s["unsafe_test_seed"])
+                            max_future_seconds=("auto" if s["max_future_seconds"] is None
+                                                else s["max_future_seconds"]),
+                            unsafe_test_seed=s["unsafe_test_seed"])
 
     def build_queries(self) -> list:
         return [build_query(f"query[{i}]", t, horizon=self.service["horizon"])

@@ -1,4 +1,8 @@
-"""The embedded pipeline: an in-process source → parse → engine → sinks (no Kafka, no Redis needed)."""
+"""The embedded pipeline: an in-process source → parse → engine → sinks (no Kafka, no Redis needed).
+
+The source is ONE input partition: its events are judged in the order given, against its watermark, exactly as the
+Kafka service judges a one-partition topic of the same records (``demo --data FILE`` and ``streamdp run`` on a
+replay of FILE publish the same records), whatever the batch size."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import contextlib
 import gc
 from typing import Callable, Iterable
 
-from streamdp.engine.engine import ReleaseEngine, WindowSummary
+from streamdp.engine.engine import CLOSE_STEP_WINDOWS, ReleaseEngine, WindowSummary
 from streamdp.input.events import DeadLetter, parse_batch
 from streamdp.windows.tumbling import rejection_detail
 
@@ -57,14 +61,25 @@ class EmbeddedPipeline:
             detail = rejection_detail(reason, float(batch.ts[row]), e.windows, e.config.max_future_seconds)
             src = int(batch.source_rows[row])
             self._dead(DeadLetter(payloads[src], reason, detail, base + src))
-        self._emit(self.engine.close_due())
+        self._close(self.engine.close_due)
+
+    def _close(self, close) -> None:
+        """Close the due windows in steps of CLOSE_STEP_WINDOWS, each emitted before the next (one far-future
+        event may make thousands due: their records are not all held at once)."""
+        while True:
+            summaries = close(max_windows=CLOSE_STEP_WINDOWS)
+            if not summaries:
+                return
+            self._emit(summaries)
 
     def run(self, batches: Iterable[list[bytes]], progress: Callable[[int], None] | None = None) -> None:
+        """Feed every batch (ONE input partition, in order), then end the input: the windows the watermark has not
+        passed are closed too, their records marked ``closed_by: end_of_input``."""
         for b in batches:
             self.feed(b)
             if progress:
                 progress(len(b))
-        self._emit(self.engine.flush())
+        self._close(self.engine.flush)
         for sink in self.sinks:
             sink.close()
 

@@ -36,6 +36,7 @@ class WindowData:
     item_ids: np.ndarray  # int64 (interned)
     value: np.ndarray  # float64 per event (NaN = absent)
     loc: np.ndarray  # float64 (n_events, 2) (NaN = absent)
+    closed_by: str = "watermark"  # how the window closed: "watermark" or "end_of_input" (published with it)
 
     @property
     def n_events(self) -> int:

@@ -16,7 +16,7 @@ import numpy as np
 
 from streamdp.accounting.cost import Cost
 from streamdp.mechanisms.exponential import exponential_mechanism_cost
-from streamdp.mechanisms.unknown_domain_gumbel import UnknownDomainGumbel
+from streamdp.mechanisms.unknown_domain_gumbel import BOTTOM, UnknownDomainGumbel
 from streamdp.mechanisms.unknown_domain_histogram import check_delta, check_epsilon, check_int
 
 __all__ = ["PayWhatYouGet", "PayWhatYouGetExhausted"]
@@ -29,11 +29,16 @@ class PayWhatYouGetExhausted(RuntimeError):
 class PayWhatYouGet:
     """Rogers (unknown-domain) Alg. 4: at most k* returned items (⊥ included) over all calls; total cost (k*·ε²/8, ℓ*·δ) (Thm 10)."""
 
-    def __init__(self, epsilon: float, delta: float, k_star: int) -> None:
+    def __init__(self, epsilon: float, delta: float, k_star: int, *, count_bottom: bool = True) -> None:
         self.epsilon = check_epsilon(epsilon)
         self.delta = check_delta(delta)
         self.k_star = check_int(k_star, "k_star")
-        self.used = 0  # the PWYG counter: items returned so far, ⊥ included
+        # Alg. 4 counts ⊥ as a returned item (then Thm 10's whole-run bound k*·ε²/8 holds). ``count_bottom=False``
+        # counts released items only: a run of quiet windows — each a call returning [⊥] — then never ends the
+        # sequence. Each call still costs its present users |I(i)|·ε²/8 with ⊥ (call_cost); what bounds a user's
+        # total is then their per-user filter, not Thm 10. The stop stays a function of the released outputs.
+        self.count_bottom = bool(count_bottom)
+        self.used = 0  # the PWYG counter: items returned so far (⊥ included when count_bottom)
         self.calls = 0  # ℓ*: calls made so far
         self.last_items: list | None = None
         self.last_cost: Cost | None = None
@@ -55,8 +60,8 @@ class PayWhatYouGet:
         return {"k_star": self.k_star, "used": self.used, "calls": self.calls}
 
     @classmethod
-    def from_state(cls, epsilon: float, delta: float, state: dict) -> "PayWhatYouGet":
-        m = cls(epsilon, delta, state["k_star"])
+    def from_state(cls, epsilon: float, delta: float, state: dict, *, count_bottom: bool = True) -> "PayWhatYouGet":
+        m = cls(epsilon, delta, state["k_star"], count_bottom=count_bottom)
         used = check_int(state["used"], "used", minimum=0)
         calls = check_int(state["calls"], "calls", minimum=0)
         if used > m.k_star:
@@ -103,7 +108,7 @@ class PayWhatYouGet:
             raise ValueError(f"kbar must be ≥ k(i)={ki}, got {kbar!r}")
         items = UnknownDomainGumbel(self.epsilon, self.delta, ki, kb).release(rng, ids, counts)
         self.calls += 1
-        self.used += len(items)
+        self.used += len(items) if self.count_bottom else sum(1 for x in items if x is not BOTTOM)
         self.last_items = items
         self.last_cost = self.call_cost(len(items))
         return items

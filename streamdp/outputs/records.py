@@ -65,6 +65,9 @@ class ReleaseRecord:
     cost: dict  # published: a bound from public information
     meta: dict
     realized: dict = None  # ledger only: max individual cost and users charged (private)
+    # how the window closed: "watermark" (every input partition's watermark passed its end: complete) or
+    # "end_of_input" (closed at the end of a bounded input before that: it may be incomplete) — docs/subscribers.md
+    closed_by: str = "watermark"
 
     @property
     def key(self) -> str:
@@ -77,7 +80,8 @@ class ReleaseRecord:
         if extra is not None:
             cost.update(extra(rel))
         return cls(query=q.id, kind=q.kind, epoch=w.epoch, t=w.t, seq=w.seq, start=w.start, end=w.end,
-                   values=rel.values, cost=cost, meta=dict(rel.meta), realized=cost_summary(costs))
+                   values=rel.values, cost=cost, meta=dict(rel.meta), realized=cost_summary(costs),
+                   closed_by=getattr(w, "closed_by", "watermark"))
 
     def to_dict(self) -> dict:
         return {
@@ -87,6 +91,7 @@ class ReleaseRecord:
             "kind": self.kind,
             "epoch": self.epoch,
             "window": {"t": self.t, "seq": self.seq, "start": self.start, "end": self.end},
+            "closed_by": self.closed_by,
             "values": self.values,
             "cost": self.cost,
             **({"meta": self.meta} if self.meta else {}),
@@ -100,11 +105,12 @@ class ReleaseRecord:
         d = orjson.loads(b)
         w = d["window"]
         return cls(query=d["query"], kind=d["kind"], epoch=d["epoch"], t=w["t"], seq=w["seq"], start=w["start"],
-                   end=w["end"], values=d["values"], cost=d["cost"], meta=d.get("meta", {}), realized={})
+                   end=w["end"], values=d["values"], cost=d["cost"], meta=d.get("meta", {}), realized={},
+                   closed_by=d.get("closed_by", "watermark"))
 
     def ledger_entry(self) -> dict:
         e = {"type": "release", "key": self.key, "query": self.query, "kind": self.kind, "epoch": self.epoch,
-             "window": self.t, "seq": self.seq}
+             "window": self.t, "seq": self.seq, "closed_by": self.closed_by}
         realized = self.realized or {}
         for notion in NOTIONS:
             if notion in realized:

@@ -1,10 +1,23 @@
-"""Event-time tumbling windows and the watermark (docs/contract.md §2).
+"""Event-time tumbling windows and the per-partition watermarks (contract §2).
 
-Windows are ``[origin + (t−1)·length, origin + t·length)`` for t = 1, 2, …. The watermark is the maximum event
-time seen minus the allowed lateness; with several partitions it is the minimum over partitions, ignoring a
-partition that has been idle (no event) for longer than ``idle_timeout`` seconds of wall-clock time. Window t
-closes when the watermark reaches its end, exactly once: :meth:`TumblingWindows.due` hands out each window number
-once, in order, and a closed window never reopens (its late events are rejected by :meth:`assign`).
+Windows are ``[origin + (t−1)·length, origin + t·length)`` for t = 1, 2, …. Each input partition has its own
+watermark: the newest event time accepted so far in that partition, in offset order, minus the allowed lateness.
+An event is judged on arrival against its own partition's watermark AT THAT EVENT (:meth:`TumblingWindows.judge`,
+vectorised over a batch: a running maximum), so which events are late is a function of each partition's record
+sequence alone — never of where a batch, fetch or step was cut, of the interleaving of partitions, or of crashes.
+An event is ``late`` when its window has ended at or before its partition's watermark at that event (Kafka Streams'
+stream time and grace: window end + allowed lateness ≤ the newest time seen), or when its window was closed already.
+
+Window t closes when every partition's watermark has passed its end (:meth:`TumblingWindows.due_until`: the
+minimum over the partitions that hold it), exactly once and in order; a closed window never reopens. Two things
+can close a window before every partition's watermark passed it, and then events of that partition for it are
+late although their own partition had not passed it: a partition that delivered nothing for ``idle_timeout``
+seconds of wall clock stops holding the watermark (the one wall-clock rule), and an end of input closes every
+open window when asked (the records say ``closed_by: end_of_input``).
+
+The per-partition state — one newest event time per partition — is what a staged topology can carry across an
+internal topic as watermark markers: a stage that receives (partition, newest time) pairs can merge them with
+:meth:`TumblingWindows.observe` and close exactly the same windows.
 """
 
 from __future__ import annotations
@@ -15,42 +28,47 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+#: the default ``max_future_seconds`` is this many windows, within [MIN_FUTURE, MAX_FUTURE] seconds
+FUTURE_WINDOWS = 1000
+MIN_FUTURE = 7 * 86400.0
+MAX_FUTURE = 30 * 86400.0
 
-def stream_position(ts: np.ndarray, watermark: float, allowed_lateness: float) -> float:
-    """Where the stream is in event time, to judge a batch's timestamps against (docs/contract.md §6 "absurd
-    timestamps"): the watermark plus the allowed lateness (the newest event time seen) once a watermark exists;
-    before that, the batch's upper median — a time most of the batch agrees on, which one outlier cannot move."""
-    if math.isfinite(watermark):
-        return watermark + allowed_lateness
-    ts = np.asarray(ts, dtype=np.float64)
-    k = ts.size // 2
-    return float(np.partition(ts, k)[k])
+
+def default_max_future(window_seconds: float) -> float:
+    """The default ``max_future_seconds`` for windows of ``window_seconds``: 1,000 windows, at least 7 days (a
+    partition silent for longer than this in event time has its next events refused, so the limit must exceed the
+    quiet spells of ordinary streams: nights, weekends) and at most 30 days. One accepted event can move its
+    partition's watermark at most this far ahead of the newest event before it, or of the wall clock."""
+    return float(min(MAX_FUTURE, max(MIN_FUTURE, FUTURE_WINDOWS * float(window_seconds))))
 
 
 def absurd_times(ts: np.ndarray, position: float, max_future: float | None,
                  now: float | None = None) -> np.ndarray:
-    """The too-far-in-the-future mask of a batch against the stream's ``position`` and the wall clock ``now``.
+    """The too-far-in-the-future mask of one partition's events ``ts`` (in offset order) that follow the newest
+    time accepted before them, ``position`` (−∞: none yet), against the wall clock ``now``.
 
     Absolute: more than ``max_future`` seconds after ``now`` (Unix time; None: not checked). Whatever the
-    position, such a time has not happened yet. Before any watermark exists the position is the batch's own median,
-    so a first fetch of ONE record with a far-future time used to be its own reference: it closed every window up
-    to it (11k one-day windows for a 2042 event in the 2026-11-23 input review) and made the rest of the stream
-    late. A time refused this way is not a reference either. A crash replay re-judges an event against a later
-    clock, so an event that was in the future by just over ``max_future`` can be accepted on the replay: only
-    events stamped ahead of the clock are ever judged differently.
+    partition's position, such a time has not happened yet; it is the only judgement a partition's first event
+    gets. A crash replay re-judges an event against a later clock, so an event that was in the future by just over
+    ``max_future`` can be accepted on the replay: only events stamped ahead of the clock are ever judged
+    differently (docs/DECISIONS.md, "Event time").
 
-    Future: more than ``max_future`` seconds after the newest time accepted so far — the position, or an earlier
-    event of the same batch (in batch order) that was itself accepted. A batch's own in-order progress therefore
-    counts: a backfill whose one fetch spans months, or a partition whose backlog arrives in one fetch, is accepted
-    event by event, while one absurd time is still refused (it is not within ``max_future`` of anything accepted
-    before it, and a refused time does not become the reference). Without it, one absurd time in a first batch
-    would set the watermark (every window up to it due at once, every later event late). ``max_future = None``
-    disables it. (Times before the configured origin are refused as ``before_origin`` by their window number.)"""
+    Relative: more than ``max_future`` seconds after the newest time accepted before it in its partition — the
+    position, or an earlier event of the same batch that was itself accepted. A partition's own in-order progress
+    therefore counts: a backfill whose one fetch spans months is accepted event by event, while one absurd time is
+    refused (it is not within ``max_future`` of anything accepted before it, and a refused time does not become the
+    reference). The rule reads the partition's events in order, so it does not depend on how they were batched.
+    ``max_future = None`` disables it. NaN entries (the caller's rows to skip) are never flagged nor references."""
     ts = np.asarray(ts, dtype=np.float64)
-    if max_future is None:
+    if max_future is None or ts.size == 0:
         return np.zeros(ts.size, dtype=bool)
     cap = math.inf if now is None else now + max_future
-    future = (ts > position + max_future) | (ts > cap)
+    prior = np.empty(ts.size)  # the newest time before each event, accepted or not: an upper bound of the reference
+    prior[0] = position
+    if ts.size > 1:
+        np.fmax.accumulate(np.concatenate(([position], ts[:-1])), out=prior)
+    with np.errstate(invalid="ignore"):
+        future = (ts > cap) | (np.isfinite(prior) & (ts > prior + max_future))
     if future.any():
         future = _chained(ts, future, position, max_future, cap)
     return future
@@ -60,8 +78,13 @@ def rejection_detail(reason: str, ts: float, windows: "TumblingWindows", max_fut
     """The ``detail`` of a dead letter rejected for its time (``late``, ``before_origin``, ``too_far_in_future``):
     the event time and the rule it broke, for operators (never the payload's contents beyond its time)."""
     if reason == "late":
-        t = windows.window_of(np.array([ts]))[0]
-        return f"event time {ts!r} falls in window {t}, already closed (last closed window {windows.last_closed})"
+        t = int(windows.window_of(np.array([ts]))[0])
+        if t <= windows.last_closed:
+            return (f"event time {ts!r} falls in window {t}, already closed (last closed window "
+                    f"{windows.last_closed})")
+        return (f"event time {ts!r} falls in window {t}, which had ended at or before its partition's watermark "
+                f"when the event was read (the newest event time read before it in its partition, minus "
+                f"allowed_lateness = {windows.allowed_lateness!r})")
     if reason == "before_origin":
         return f"event time {ts!r} is before the windows' origin {windows.origin!r}"
     if reason == "too_far_in_future":
@@ -72,15 +95,22 @@ def rejection_detail(reason: str, ts: float, windows: "TumblingWindows", max_fut
 
 def _chained(ts: np.ndarray, future: np.ndarray, position: float, max_future: float,
              cap: float = math.inf) -> np.ndarray:
-    """``future`` refined in batch order: an event counts as too far ahead only if it is more than ``max_future``
-    after the newest time accepted before it (the position, or an accepted earlier event of the batch), or past
-    ``cap`` (the wall clock's limit, never credited). Runs only for a batch with a flagged event; the events before
-    the first flagged one are accepted as they were."""
+    """``future`` refined in order: an event counts as too far ahead only if it is more than ``max_future`` after
+    the newest time accepted before it (the position, or an accepted earlier event), or past ``cap`` (the wall
+    clock's limit, never credited). Runs only for a batch with a flagged event; the events before the first flagged
+    one are accepted as they were (NaN: skipped)."""
     first = int(np.argmax(future))
-    ref = max(position, float(ts[:first].max())) if first else position
+    ref = position
+    if first:
+        head = ts[:first]
+        head = head[~np.isnan(head)]
+        if head.size:
+            ref = max(ref, float(head.max()))
     out = future.copy()
     for i, x in enumerate(ts[first:].tolist(), first):  # sequential: each decision moves the reference
-        if x > ref + max_future or x > cap:
+        if x != x:  # NaN: a row the caller skips
+            out[i] = False
+        elif x > cap or (ref != -math.inf and x > ref + max_future):
             out[i] = True
         else:
             out[i] = False
@@ -96,8 +126,11 @@ class TumblingWindows:
     allowed_lateness: float = 0.0
     idle_timeout: float | None = None
     last_closed: int = 0
-    _max_ts: dict = field(default_factory=dict)  # partition -> max event time seen
-    _last_seen: dict = field(default_factory=dict)  # partition -> wall clock of the last event
+    max_ts: dict = field(default_factory=dict)  # partition → newest accepted event time (−∞: none yet)
+    _last_seen: dict = field(default_factory=dict)  # partition → wall clock (monotonic) of its last delivery
+    # partitions the worker has paused (watermark alignment): silent because paused, never idle — they keep
+    # holding the watermark, so their unread events cannot turn late while they wait (replaced, not mutated)
+    pinned: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         if not (self.length > 0 and math.isfinite(self.length)):
@@ -138,32 +171,88 @@ class TumblingWindows:
     def bounds(self, t: int) -> tuple[float, float]:
         return self._end(t - 1), self._end(t)
 
-    # ---- watermark -----------------------------------------------------------------------------------------
+    # ---- per-partition watermarks --------------------------------------------------------------------------
+    def register(self, partitions, now: float | None = None) -> None:
+        """Partitions that hold the watermark from now on, even before they deliver an event (a partition that has
+        not spoken yet holds it at −∞, like a silent one, until ``idle_timeout``)."""
+        now = time.monotonic() if now is None else now
+        for p in partitions:
+            self.max_ts.setdefault(int(p), -math.inf)
+            self._last_seen.setdefault(int(p), now)
+
     def touch(self, partition: int = 0, now: float | None = None) -> None:
         """The partition delivered events (accepted or not): it is not idle. A partition whose events are all
         rejected — late ones after it was silent — used to stay idle, so windows kept closing past it and its whole
         backlog became late (review of 2026-11-23)."""
-        self._last_seen[partition] = time.monotonic() if now is None else now
+        self._last_seen[int(partition)] = time.monotonic() if now is None else now
 
     def observe(self, max_ts: float, partition: int = 0, now: float | None = None) -> None:
-        prev = self._max_ts.get(partition, -math.inf)
-        if max_ts > prev:
-            self._max_ts[partition] = max_ts
-        self._last_seen[partition] = time.monotonic() if now is None else now
+        """Partition ``partition`` has read up to event time ``max_ts`` (a watermark marker: only ever moves up)."""
+        p = int(partition)
+        if max_ts > self.max_ts.get(p, -math.inf):
+            self.max_ts[p] = float(max_ts)
+        self._last_seen[p] = time.monotonic() if now is None else now
+
+    def partition_watermark(self, partition: int) -> float:
+        return self.max_ts.get(int(partition), -math.inf) - self.allowed_lateness
+
+    def judge(self, ts: np.ndarray, partition: int = 0, max_future: float | None = None,
+              clock: float | None = None, now: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Judge one partition's events ``ts`` (in offset order) and move that partition's watermark past them.
+
+        Returns (window numbers, reason codes: :data:`OK`, :data:`BEFORE_ORIGIN`, :data:`TOO_FAR_IN_FUTURE`,
+        :data:`LATE`). Per event, in order: ``before_origin`` (window < 1); ``too_far_in_future``
+        (:func:`absurd_times` against the partition's newest accepted time and the wall clock ``clock``; such an
+        event never moves the watermark); ``late`` — its window has ended at or before the partition's watermark at
+        that event (the newest event time read before it, and up to it, in the partition, minus the allowed
+        lateness), or is closed already. Vectorised: a running maximum over the batch, so the verdicts are those of
+        reading the events one by one, however the partition's sequence is cut into batches."""
+        ts = np.asarray(ts, dtype=np.float64)
+        p = int(partition)
+        t = self.window_of(ts)
+        code = np.zeros(ts.size, dtype=np.int8)
+        self.touch(p, now)  # delivering, even if nothing is accepted: not idle
+        if ts.size == 0:
+            return t, code
+        before = t < 1
+        code[before] = BEFORE_ORIGIN
+        ref = self.max_ts.get(p, -math.inf)
+        cand = np.where(before, np.nan, ts) if before.any() else ts
+        future = absurd_times(cand, ref, max_future, clock)
+        code[future] = TOO_FAR_IN_FUTURE
+        ok = code == OK
+        acc = np.where(ok, ts, -math.inf)
+        run = np.maximum.accumulate(acc)  # the newest accepted time up to each event (incl.: its own is in its window)
+        if ref > -math.inf:
+            np.maximum(run, ref, out=run)
+        wm = run - self.allowed_lateness
+        late = ok & (t <= self.last_closed)
+        fin = ok & np.isfinite(wm)
+        if fin.any():
+            late[fin] |= t[fin] < self.window_of(wm[fin])  # window t ended at or before wm: t ≤ last_ended(wm)
+        code[late] = LATE
+        newest = float(run[-1])
+        if newest > ref:
+            self.max_ts[p] = newest
+        return t, code
 
     @property
     def watermark(self) -> float:
         return self.watermark_at()
 
     def watermark_at(self, now: float | None = None) -> float:
-        if not self._max_ts:
+        """The minimum over the partitions that hold the watermark of their newest event time − lateness. With
+        ``idle_timeout``, a partition that delivered nothing for that long (wall clock) and is not pinned stops
+        holding it — unless every partition is idle."""
+        if not self.max_ts:
             return -math.inf
-        parts = list(self._max_ts)
+        parts = list(self.max_ts)
         if self.idle_timeout is not None and len(parts) > 1:
             now = time.monotonic() if now is None else now
-            active = [p for p in parts if now - self._last_seen.get(p, now) <= self.idle_timeout]
+            pinned = self.pinned
+            active = [p for p in parts if p in pinned or now - self._last_seen.get(p, now) <= self.idle_timeout]
             parts = active or parts
-        return min(self._max_ts[p] for p in parts) - self.allowed_lateness
+        return min(self.max_ts[p] for p in parts) - self.allowed_lateness
 
     def time_for_watermark(self, wm: float) -> float:
         """An event time whose watermark (time − allowed lateness, in floats) is ≥ ``wm``: the first float from
@@ -175,20 +264,17 @@ class TumblingWindows:
             x = math.nextafter(x, math.inf)
         return x
 
-    def flush(self) -> None:
-        """End of input (bounded source): let every window up to the one holding the newest event close."""
-        if self._max_ts:
-            top = max(self._max_ts.values())
-            x = self.time_for_watermark(self._end(int(self.window_of(top))))
-            for p in self._max_ts:
-                self._max_ts[p] = max(self._max_ts[p], x)
-
-    def due(self, now: float | None = None) -> list[int]:
-        """Window numbers that the watermark has passed and that were not closed yet (each returned once)."""
+    def due_until(self, now: float | None = None) -> int:
+        """The last window the watermark has passed (never below :attr:`last_closed`)."""
         wm = self.watermark_at(now)
         if not math.isfinite(wm):
-            return []
-        last = self.last_ended(wm)  # window t closes when wm ≥ its end
+            return self.last_closed
+        return max(self.last_closed, self.last_ended(wm))
+
+    def due(self, now: float | None = None) -> list[int]:
+        """Window numbers that the watermark has passed and that were not closed yet (each returned once: they are
+        marked closed)."""
+        last = self.due_until(now)
         out = list(range(self.last_closed + 1, last + 1))
         if out:
             self.last_closed = out[-1]
@@ -198,10 +284,17 @@ class TumblingWindows:
     def state(self) -> dict:
         return {"length": self.length, "origin": self.origin, "allowed_lateness": self.allowed_lateness,
                 "idle_timeout": self.idle_timeout, "last_closed": self.last_closed,
-                "max_ts": {str(k): v for k, v in self._max_ts.items()}}
+                "max_ts": {str(k): v for k, v in self.max_ts.items()}}
 
     @classmethod
-    def from_state(cls, d: dict) -> "TumblingWindows":
+    def from_state(cls, d: dict, now: float | None = None) -> "TumblingWindows":
         w = cls(d["length"], d["origin"], d["allowed_lateness"], d["idle_timeout"], d["last_closed"])
-        w._max_ts = {int(k): v for k, v in d["max_ts"].items()}
+        now = time.monotonic() if now is None else now
+        w.max_ts = {int(k): float(v) for k, v in d["max_ts"].items()}
+        w._last_seen = {p: now for p in w.max_ts}
         return w
+
+
+#: reason codes of :meth:`TumblingWindows.judge`, and their dead-letter reasons
+OK, BEFORE_ORIGIN, TOO_FAR_IN_FUTURE, LATE = 0, 1, 2, 3
+REASONS = {BEFORE_ORIGIN: "before_origin", TOO_FAR_IN_FUTURE: "too_far_in_future", LATE: "late"}

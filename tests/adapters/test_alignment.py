@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from streamdp.adapters.kafka.alignment import MIN_EVIDENCE, PartitionAlignment
-from streamdp.adapters.kafka.ordering import PartitionWatermarks
+from streamdp.windows.tumbling import TumblingWindows
 
 
 def run(start: float, n: int = MIN_EVIDENCE, span: float = 10.0) -> np.ndarray:
@@ -86,11 +86,11 @@ def test_bad_parameters(skew, idle):
 def test_a_pinned_partition_keeps_holding_the_watermark():
     """idle_timeout releases a silent partition from the watermark — but not one the worker paused: its unread
     events must be judged as if it had not been paused."""
-    wm = PartitionWatermarks(allowed_lateness=0.0, idle_timeout=5.0)
+    wm = TumblingWindows(10.0, 0.0, allowed_lateness=0.0, idle_timeout=5.0)  # the per-partition watermarks
     wm.register([0, 1], now=0.0)
-    wm.observe(0, 100.0, now=0.0)
-    wm.observe(1, 900.0, now=0.0)
-    wm.observe(0, 1000.0, now=10.0)  # partition 1 silent for 10 s > idle_timeout
-    assert wm.watermark(now=10.0) == 1000.0
+    wm.observe(100.0, 0, now=0.0)
+    wm.observe(900.0, 1, now=0.0)
+    wm.observe(1000.0, 0, now=10.0)  # partition 1 silent for 10 s > idle_timeout
+    assert wm.watermark_at(now=10.0) == 1000.0
     wm.pinned = frozenset({1})
-    assert wm.watermark(now=10.0) == 900.0
+    assert wm.watermark_at(now=10.0) == 900.0

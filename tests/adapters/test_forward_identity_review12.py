@@ -33,7 +33,14 @@ from streamdp.filter.redis_store import RedisBudgetStore
 from streamdp.input import sources
 from streamdp.input.events import parse_batch
 
-Rec = namedtuple("Rec", "offset value")
+_Rec = namedtuple("Rec", "offset value key")
+
+
+def Rec(offset, value):
+    """A fetched record keyed as producers key events: by their user (``streamdp replay``'s key)."""
+    from streamdp.adapters.kafka.replay import user_key
+
+    return _Rec(offset, value, user_key(value))
 
 GROUP, TOPIC = "r12.workers", "r12.events"
 OWN = Stream(GROUP, TOPIC)

@@ -172,9 +172,10 @@ def test_interning_help_does_not_change_the_releases():
 
 
 def test_held_events_state_is_append_logs(partitions):
-    """Each (window, partition)'s held events are one append log: later states extend it until the window closes
-    (then it is gone), a restored stage extends what it loaded, and format-1 held state (one batch_state per
-    (window, partition)) still loads to the same events."""
+    """Each (window, partition)'s held events are one append log of the engine's state (they moved from the stage
+    into the engine on 2026-12-07): later states extend it until the window closes (then it is gone), a restored
+    engine extends what it loaded, and a checkpoint of before — the stage's ``{"wm", "held"}``, with format-1
+    held state (one batch_state per (window, partition)) — still loads to the same events and watermarks."""
     from streamdp.engine.append_log import AppendLog
 
     eng = _engine()
@@ -190,7 +191,7 @@ def test_held_events_state_is_append_logs(partitions):
         stage.add(p, batch)
         if step % 5 == 4:
             closed_seen |= bool(stage.release())
-        held = stage.state()["held"]
+        held = eng.state_tree()["held"]
         for t, parts in held.items():
             for q, log in parts.items():
                 assert isinstance(log, AppendLog)
@@ -200,24 +201,25 @@ def test_held_events_state_is_append_logs(partitions):
         prev = {(t, q): log for t, parts in held.items() for q, log in parts.items()}
     assert closed_seen and prev
 
-    st = state_codec.decode(state_codec.encode(stage.state()))
-    again = CanonicalStage(eng)
-    again.load_state(st)
-    assert again.held_events == stage.held_events
+    st = state_codec.decode(state_codec.encode(eng.state_tree()))
+    again = _engine()
+    again.restore_tree(st)
+    assert again.held_events == eng.held_events and again.windows.max_ts == eng.windows.max_ts
     batch, _ = parse_batch(partitions[0][pos[0]:pos[0] + 37])
-    for s in (stage, again):
-        s.add(0, batch)
-    assert again.state()["held"] == stage.state()["held"]
-    for t, parts in again.state()["held"].items():
+    for e in (eng, again):
+        e.ingest(batch, 0)
+    assert again.state_tree()["held"] == eng.state_tree()["held"]
+    for t, parts in again.state_tree()["held"].items():
         for q, log in parts.items():
             assert log.startswith(st["held"][t][q]) if q in st["held"].get(t, {}) else True
 
-    v1 = {"wm": st["wm"], "held": {t: {q: batch_state(concat_batches(bs, codes=False)) for q, bs in
-                                       ((str(k), v) for k, v in stage.held[int(t)].items())}
-                                   for t in st["held"]}}
-    old = CanonicalStage(eng)
+    v1 = {"wm": {"max_ts": {str(q): v for q, v in eng.windows.max_ts.items()}},
+          "held": {t: {q: batch_state(concat_batches(bs, codes=False)) for q, bs in
+                       ((str(k), v) for k, v in stage.held[int(t)].items())}
+                   for t in st["held"]}}
+    old = CanonicalStage(_engine())
     old.load_state(state_codec.decode(state_codec.encode(v1)))
-    assert old.held_events == stage.held_events
+    assert old.held_events == stage.held_events and old.wm.max_ts == eng.windows.max_ts
     for t in stage.held:
         for q in stage.held[t]:
             a, b = concat_batches(stage.held[t][q], codes=False), concat_batches(old.held[t][q], codes=False)

@@ -31,7 +31,14 @@ from streamdp.filter.redis_store import RedisBudgetStore
 from streamdp.filter.store import StoreError
 from streamdp.input import sources
 
-Rec = namedtuple("Rec", "offset value")
+_Rec = namedtuple("Rec", "offset value key")
+
+
+def Rec(offset, value):
+    """A fetched record keyed as producers key events: by their user (``streamdp replay``'s key)."""
+    from streamdp.adapters.kafka.replay import user_key
+
+    return _Rec(offset, value, user_key(value))
 
 TOPIC = "g3.events"
 OUT = "g3.out."

@@ -139,8 +139,9 @@ def test_duplicate_query_ids_rejected():
 
 
 def test_ingest_groups_items_per_window():
+    """(Events of window 1 after one of window 2 are late since lateness is judged per event: in order here.)"""
     e, _ = make(budget_rho=100)
-    b, _ = parse_batch([ev("a", 1, ["x", "y"]), ev("b", 11, ["z"]), ev("c", 2, []), ev("d", 3, ["y"])])
+    b, _ = parse_batch([ev("a", 1, ["x", "y"]), ev("c", 2, []), ev("d", 3, ["y"]), ev("b", 11, ["z"])])
     e.ingest(b)
     w1 = e._window_data(1)
     assert e.users.names(w1.user_ids) == ["a", "c", "d"]

@@ -11,7 +11,7 @@ import pytest
 from streamdp.adapters.kafka.schemas import release_validator, validator
 
 COUNTS = {"schema_version": 1, "key": "q/1/2", "query": "q", "kind": "continual_counts", "epoch": 1,
-          "window": {"t": 2, "seq": 10, "start": 720.0, "end": 810.0},
+          "window": {"t": 2, "seq": 10, "start": 720.0, "end": 810.0}, "closed_by": "watermark",
           "values": {"counts": {"a": 12, "b": -1}, "new_items": ["b"], "threshold": 9.5},
           "cost": {"basis": "per user, this window", "zcdp": {"rho": 0.5, "delta": 1e-6}}, "meta": {"selected": 2}}
 

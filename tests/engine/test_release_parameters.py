@@ -54,8 +54,7 @@ def _events(k: int):
 def _snapshot(raw: dict) -> tuple[bytes, ReleaseEngine]:
     eng = _engine(raw)
     eng.ingest(_events(30))
-    eng.windows.flush()
-    eng.close_due()
+    eng.flush()
     assert eng.windows.last_closed >= 2
     return eng.snapshot(), eng
 

@@ -24,7 +24,9 @@ from streamdp.filter.memory import MemoryBudgetStore
 from streamdp.input.events import parse_batch
 from streamdp.noise.generator import unsafe_seeded_generator
 
-BASE = {"service": {"window_seconds": 60.0, "origin": 1.7e9, "horizon": 8},
+# max_future_seconds: the default of before 2026-12-07 (one-minute windows now default to 7 days), so that the
+# scope below is the one computed before test mode was a parameter
+BASE = {"service": {"window_seconds": 60.0, "origin": 1.7e9, "horizon": 8, "max_future_seconds": 2592000.0},
         "budget": {"zcdp_rho": 100.0, "zcdp_delta": 1e-3},
         "query": [{"id": "counts", "kind": "continual_counts", "sigma": 2.0, "noise": "discrete_gaussian"}]}
 
@@ -41,8 +43,7 @@ def _snapshot(seed) -> bytes:
     eng = _engine(seed)
     eng.ingest(parse_batch([orjson.dumps({"user": f"u{i}", "ts": 1.7e9 + 10.0 + 60 * (i % 3), "items": ["x"]})
                             for i in range(30)])[0])
-    eng.windows.flush()
-    eng.close_due()
+    eng.flush()
     return eng.snapshot()
 
 

@@ -174,6 +174,51 @@ def embedded_releases(raw_cfg: dict, events: list[bytes], batch: int = 5000):
     return {r.key: r.to_bytes() for r in sink.records}, sink.dead, store
 
 
+def partition_of(payload: bytes, partitions: int) -> int:
+    """The partition ``streamdp replay`` (aiokafka's default partitioner: murmur2 of the key) puts an event in; events
+    without a readable user go round the partitions at random (only for a single partition is that known)."""
+    from aiokafka.partitioner import murmur2
+
+    from streamdp.adapters.kafka.replay import user_key
+
+    key = user_key(payload)
+    if partitions == 1:
+        return 0
+    assert key is not None, "an unkeyed event's partition is random"
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def engine_reference(raw_cfg: dict, events: list[bytes], partitions: int):
+    """The engine fed each partition's records in order — what the service must publish for ``events`` replayed
+    into a topic of ``partitions`` partitions and drained with --close-open-windows: (records by key, dead letters
+    {(partition, offset, reason)}, spend by user). Records are compared byte for byte, so ``closed_by`` too."""
+    import copy
+
+    from streamdp.accounting.cost import budget_vector
+    from streamdp.config.loader import parse_config
+    from streamdp.engine.engine import ReleaseEngine
+    from streamdp.filter.memory import MemoryBudgetStore
+    from streamdp.input.events import parse_batch
+
+    raw = copy.deepcopy(raw_cfg)
+    raw.pop("kafka", None)
+    cfg = parse_config(raw)
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    eng = ReleaseEngine(cfg.engine_config(), cfg.build_queries(), store)
+    eng.register_partitions(range(partitions))
+    parts: list[list[bytes]] = [[] for _ in range(partitions)]
+    for e in events:
+        parts[partition_of(e, partitions)].append(e)
+    records, dead = {}, set()
+    for p, payloads in enumerate(parts):
+        batch, bad = parse_batch(payloads)
+        dead |= {(p, d.index, d.reason) for d in bad}
+        dead |= {(p, int(batch.source_rows[row]), reason) for row, reason in eng.ingest(batch, p)}
+        records.update({r.key: r.to_bytes() for s in eng.close_due() for r in s.records})
+    records.update({r.key: r.to_bytes() for s in eng.flush() for r in s.records})
+    return records, dead, spent_by_user(store)
+
+
 def spent_by_user(store) -> dict:
     return {u.user: (tuple(int(x) for x in u.spent), bool(u.halted)) for u in store.iter_users()}
 

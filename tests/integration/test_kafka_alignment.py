@@ -48,7 +48,9 @@ async def produce_parts(bootstrap: str, topic: str, parts) -> None:
     prod = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, linger_ms=5)
     await prod.start()
     try:
-        futs = [await prod.send(topic, value=e, key=b"k", partition=p) for p, es in enumerate(parts) for e in es]
+        # keyed by user, as producers key events (the worker dead-letters an event whose key is not its user)
+        futs = [await prod.send(topic, value=e, key=orjson.loads(e)["user"].encode(), partition=p)
+                for p, es in enumerate(parts) for e in es]
         await asyncio.gather(*futs)
     finally:
         await prod.stop()
@@ -77,7 +79,7 @@ async def run_worker(raw: dict, store_url: str, skew: float, drain_idle: float =
             for r in records:
                 assert published.setdefault(r.key, r.value) == r.value
 
-    opts = WorkerOptions.from_config(cfg.kafka, use_group=False, drain_idle=drain_idle,
+    opts = WorkerOptions.from_config(cfg.kafka, use_group=False, drain_idle=drain_idle, close_open_windows=True,
                                      max_partition_skew_seconds=skew,
                                      fetch_max_bytes=16 * 1024, max_partition_fetch_bytes=16 * 1024)
     w = Observed(cfg, store, client_kwargs(cfg.kafka), opts)

@@ -35,7 +35,7 @@ SCHEDULE = [("after_admit", 3), ("after_stage", 3), ("after_checkpoint", 3), ("m
 SVC = {"window_seconds": 6 * 3600.0}  # ~50 windows
 # standalone: a restarted worker does not wait for its killed predecessor's group session to expire (the
 # consumer-group path, hand-over included, is covered by test_kafka_scaleout.py)
-ARGS = ["--drain-idle", "1.5", "--standalone", "--checkpoint-batches", "2"]
+ARGS = ["--drain-idle", "1.5", "--close-open-windows", "--standalone", "--checkpoint-batches", "2"]
 
 
 def _run(cfg: str, url: str, log, env=None, timeout: float = 90) -> int:

@@ -38,7 +38,8 @@ async def _run(raw: dict, store_url: str) -> dict[int, int]:
             self.consumer.pause(tp)  # its first fetch "has not come back" for 1.5 s
             asyncio.get_running_loop().call_later(1.5, self.consumer.resume, tp)
 
-    opts = WorkerOptions.from_config(cfg.kafka, use_group=False, drain_idle=0.2, max_partition_skew_seconds=0.0)
+    opts = WorkerOptions.from_config(cfg.kafka, use_group=False, drain_idle=0.2, max_partition_skew_seconds=0.0,
+                                     close_open_windows=True)
     w = SlowPartition(cfg, store, client_kwargs(cfg.kafka), opts)
     try:
         assert await asyncio.wait_for(w.run(), 120) == 0

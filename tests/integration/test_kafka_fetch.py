@@ -20,7 +20,14 @@ from kafka_helpers import malformed_events
 
 pytestmark = pytest.mark.integration
 
-Record = namedtuple("Record", "offset value")
+_Record = namedtuple("Record", "offset value key")
+
+
+def Record(offset, value):
+    """A fetched record keyed as producers key events: by their user (``streamdp replay``'s key)."""
+    from streamdp.adapters.kafka.replay import user_key
+
+    return _Record(offset, value, user_key(value) if value is not None else None)
 TOPIC = "events"
 
 
@@ -75,7 +82,8 @@ def as_runs(batch: dict, seed: int) -> dict:
         runs, at = [], 0
         while at < len(recs):
             n = int(g.integers(1, 400))
-            runs.append(RecordRun([r.offset for r in recs[at:at + n]], [r.value for r in recs[at:at + n]]))
+            runs.append(RecordRun([r.offset for r in recs[at:at + n]], [r.value for r in recs[at:at + n]],
+                                  [r.key for r in recs[at:at + n]]))
             at += n
         out[tp] = runs
     return out

@@ -107,7 +107,7 @@ def undisturbed(tansu, redis_server, tmp_path_factory) -> Undisturbed:
     url = redis_server.url.rsplit("/", 1)[0] + "/9"  # a database no other test uses
     redis.Redis.from_url(url).flushdb()
     p = start_worker(["--config", write_config(tmp / "base.toml", raw), "--store", url, "--standalone",
-                      "--drain-idle", "1.5"], None, str(tmp / "base.log"))
+                      "--drain-idle", "1.5", "--close-open-windows"], None, str(tmp / "base.log"))
     try:
         assert p.wait(90) == 0, (tmp / "base.log").read_text()
     finally:
@@ -138,7 +138,7 @@ def _stop(p) -> None:
 
 def _start(raw: dict, srv: PersistentRedis, tmp_path, log, drain_idle: float, metrics_port: int | None = None):
     args = ["--config", write_config(tmp_path / "outage.toml", raw), "--store", srv.url, "--standalone",
-            "--checkpoint-batches", "1", "--drain-idle", str(drain_idle)]
+            "--checkpoint-batches", "1", "--drain-idle", str(drain_idle), "--close-open-windows"]
     if metrics_port:
         args += ["--metrics-port", str(metrics_port)]
     return start_worker(args, None, str(log))

@@ -50,7 +50,8 @@ def test_two_workers_with_rebalance_and_failover_equal_one_worker(tansu, redis_s
     # the reference: one worker, all events at once
     produce(tansu.bootstrap, one["kafka"]["input_topic"], events, PARTITIONS)
     p = start_worker(["--config", write_config(tmp_path / "one.toml", one), "--store", url_one,
-                      "--drain-idle", "2", *GROUP_ARGS], log_path=str(tmp_path / "one.log"))
+                      "--drain-idle", "2", "--close-open-windows",
+                          *GROUP_ARGS], log_path=str(tmp_path / "one.log"))
     assert p.wait(90) == 0
 
     # two workers: A alone, B joins mid-stream, A is killed mid-stream, B finishes
@@ -61,7 +62,8 @@ def test_two_workers_with_rebalance_and_failover_equal_one_worker(tansu, redis_s
     b = None
     try:
         wait_for(lambda: _checkpoint_info(url_two, two).get("last_closed", 0) >= 5, 60, "A to release windows")
-        b = start_worker(["--config", cfg, "--store", url_two, "--drain-idle", "2", *GROUP_ARGS],
+        b = start_worker(["--config", cfg, "--store", url_two, "--drain-idle", "2", "--close-open-windows",
+                          *GROUP_ARGS],
                          log_path=str(tmp_path / "b.log"))
         wait_for(lambda: "standby" in (tmp_path / "b.log").read_text(), 60, "B to join as standby")
         produce(tansu.bootstrap, topic, thirds[1], PARTITIONS)

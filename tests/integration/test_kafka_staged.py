@@ -48,7 +48,7 @@ def _one_worker_reference(tansu, redis_server, topic_prefix, tmp_path, events: l
     for u in (url_one, url_st):
         redis.Redis.from_url(u).flushdb()
     ref = start_worker(["--config", write_config(tmp_path / "one.toml", one), "--store", url_one, "--standalone",
-                        "--drain-idle", "2"], log_path=str(tmp_path / "one.log"))
+                        "--drain-idle", "2", "--close-open-windows"], log_path=str(tmp_path / "one.log"))
     assert ref.wait(90) == 0
     return one, st, url_one, url_st
 
@@ -87,7 +87,8 @@ def test_ingest_workers_and_coordinator_equal_one_worker(tansu, redis_server, to
         wait_for(lambda: '"partitions": [0, 1, 2, 3]' in (tmp_path / "a2.log").read_text(), 60,
                   "a2 to take over a1's partitions")
         # restarted standalone (no wait for the dead member's group session; the checkpoint claim fences it)
-        c = start_worker([*coord, "--standalone", "--drain-idle", "5"], log_path=str(tmp_path / "c.log"))
+        c = start_worker([*coord, "--standalone", "--drain-idle", "5", "--close-open-windows"],
+                         log_path=str(tmp_path / "c.log"))
         assert c.wait(120) == 0, (tmp_path / "c.log").read_text()[-3000:]
         # stage A's own metrics: everything it forwarded or dead-lettered is counted
         assert scrape_metric(a2_metrics, "streamdp_forward_records_total") >= 1
@@ -128,7 +129,8 @@ def test_a_shape_switch_coordinator_all_coordinator_is_not_taken_for_a_store_rol
     cfg = write_config(tmp_path / "st.toml", raw)
     topic = raw["kafka"]["input_topic"]
     ingest = ["--config", cfg, "--role", "ingest", "--session-timeout-ms", "6000"]
-    coord = ["--config", cfg, "--store", redis_url, "--role", "coordinator", "--standalone", "--drain-idle", "4"]
+    coord = ["--config", cfg, "--store", redis_url, "--role", "coordinator", "--standalone", "--drain-idle", "4",
+             "--close-open-windows"]
 
     def coordinator_period(events, name):
         produce(tansu.bootstrap, topic, events, 2)
@@ -141,7 +143,8 @@ def test_a_shape_switch_coordinator_all_coordinator_is_not_taken_for_a_store_rol
 
     coordinator_period(ev[:2000], "c1")
     produce(tansu.bootstrap, topic, ev[2000:4000], 2)
-    rc = start_worker(["--config", cfg, "--store", redis_url, "--standalone", "--drain-idle", "3"],
+    rc = start_worker(["--config", cfg, "--store", redis_url, "--standalone", "--drain-idle", "3",
+                       "--close-open-windows"],
                       log_path=str(tmp_path / "all.log")).wait(120)
     assert rc == 0, (tmp_path / "all.log").read_text()[-2000:]
     coordinator_period(ev[4000:6000], "c2")
@@ -167,19 +170,20 @@ def test_a_draining_coordinator_waits_for_stage_a_to_forward_what_the_input_hold
         if run:  # the second batch: the reference worker drains it too
             produce(tansu.bootstrap, one["kafka"]["input_topic"], batch, PARTITIONS)
             ref = start_worker(["--config", write_config(tmp_path / "one.toml", one), "--store", url_one,
-                                "--standalone", "--drain-idle", "2"], log_path=str(tmp_path / "one.log"))
+                                "--standalone", "--drain-idle", "2", "--close-open-windows"],
+                               log_path=str(tmp_path / "one.log"))
             assert ref.wait(90) == 0
         log = tmp_path / f"c{run}.log"
         c = a = None
         try:
             c = start_worker(["--config", cfg, "--store", url_st, "--role", "coordinator", "--standalone",
-                              "--drain-idle", "2"], log_path=str(log))
+                              "--drain-idle", "2", "--close-open-windows"], log_path=str(log))
             wait_for(lambda: "waiting for stage A" in log.read_text(), 60,
                      "the coordinator to find records stage A has not forwarded", c)
             time.sleep(3)  # past its drain-idle again: still waiting
             assert c.poll() is None, log.read_text()[-2000:]
             assert "input idle: drained" not in log.read_text()
-            a = start_worker(["--config", cfg, "--role", "ingest", *GROUP, "--drain-idle", "2"],
+            a = start_worker(["--config", cfg, "--role", "ingest", *GROUP, "--drain-idle", "2", "--close-open-windows"],
                              log_path=str(tmp_path / f"a{run}.log"))
             assert a.wait(90) == 0, (tmp_path / f"a{run}.log").read_text()[-2000:]
             assert c.wait(90) == 0, log.read_text()[-2000:]

@@ -67,7 +67,8 @@ def test_two_staged_deployments_sharing_the_default_internal_topic_each_publish_
     # the references: one `--role all` worker per input, alone
     for d, x in dep.items():
         cfg = write_config(tmp_path / f"{d}.ref.toml", x["ref"])
-        rc = start_worker(["--config", cfg, "--store", x["url_ref"], "--standalone", "--drain-idle", "2"],
+        rc = start_worker(["--config", cfg, "--store", x["url_ref"], "--standalone", "--drain-idle", "2",
+                           "--close-open-windows"],
                           log_path=str(tmp_path / f"{d}.ref.log")).wait(120)
         assert rc == 0, (tmp_path / f"{d}.ref.log").read_text()[-3000:]
 
@@ -86,7 +87,8 @@ def test_two_staged_deployments_sharing_the_default_internal_topic_each_publish_
         coord = {}
         for d, x in dep.items():
             coord[d] = start_worker(["--config", x["cfg"], "--store", x["url_st"], "--role", "coordinator",
-                                     "--standalone", "--drain-idle", "5"], log_path=str(tmp_path / f"{d}.coord.log"))
+                                     "--standalone", "--drain-idle", "5", "--close-open-windows"],
+                                    log_path=str(tmp_path / f"{d}.coord.log"))
             procs.append(coord[d])
         for d in dep:
             assert coord[d].wait(180) == 0, (tmp_path / f"{d}.coord.log").read_text()[-3000:]

@@ -33,6 +33,7 @@ def nyc_events():
 
 def run_to_completion(cfg_path: str, store_url: str, log_path, *, timeout: float = 120, env=None, extra=()) -> int:
     return wait_or_kill(start_worker(["--config", cfg_path, "--store", store_url, "--drain-idle", "2",
+                                      "--close-open-windows",
                                       "--session-timeout-ms", "6000", *extra], env, str(log_path)), timeout)
 
 

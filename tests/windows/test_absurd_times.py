@@ -17,7 +17,7 @@ from streamdp.engine.pipeline import EmbeddedPipeline
 from streamdp.filter.memory import MemoryBudgetStore
 from streamdp.input.events import parse_batch
 from streamdp.outputs.sinks import ListSink
-from streamdp.windows.tumbling import absurd_times, stream_position
+from streamdp.windows.tumbling import absurd_times
 
 T0 = 1_700_000_000.0
 DAY = 86400.0
@@ -41,12 +41,14 @@ def _engine():
 
 
 # ------------------------------------------------------------------------------------------ the rule
-def test_stream_position_is_the_watermark_or_the_batch_upper_median():
-    ts = np.array([5.0, 100.0, 101.0, 7e9])
-    assert stream_position(ts, -np.inf, 0.0) == 101.0  # upper median: one outlier on either side cannot move it
-    assert stream_position(np.array([5.0, 100.0]), -np.inf, 0.0) == 100.0
-    assert stream_position(np.array([42.0]), -np.inf, 0.0) == 42.0
-    assert stream_position(ts, 90.0, 3.0) == 93.0  # a watermark exists: the newest time seen
+def test_without_a_reference_only_the_clock_judges_and_the_first_accepted_time_becomes_the_reference():
+    """Since 2026-12-07 every event is judged in its partition's order (no batch median: it made the verdict depend
+    on where the first fetch was cut). A partition's first event has no reference: only the wall clock judges it;
+    then the chain starts from it."""
+    ts = np.array([1000.0, 1050.0, 1200.0, 1100.0])
+    assert absurd_times(ts, -np.inf, max_future=100.0).tolist() == [False, False, True, False]
+    assert absurd_times(ts, -np.inf, max_future=100.0, now=0.0).tolist() == [True, True, True, True]
+    assert absurd_times(ts[2:], -np.inf, max_future=100.0).tolist() == [False, False]  # cut elsewhere: 1200 first
 
 
 def test_absurd_times_bounds():
@@ -142,3 +144,20 @@ def test_the_worker_stage_dead_letters_absurd_times_before_any_watermark():
                             (0, "x", "too_far_in_future")]
     assert e.windows.origin == e_ref.windows.origin
     assert out == out_ref
+
+
+def test_the_default_max_future_is_a_thousand_windows_within_seven_to_thirty_days():
+    """One far-future event moves its partition's watermark at most max_future_seconds ahead: by default 1,000
+    windows (the 30-day default let one event close 43,117 one-minute windows in the 2026-12-06 fault campaign), but
+    at least 7 days — a partition silent for longer than the limit has its next events refused — and at most 30."""
+    from streamdp.windows.tumbling import default_max_future
+
+    assert default_max_future(60.0) == 7 * DAY  # 1,000 minutes is under a day: the 7-day floor
+    assert default_max_future(900.0) == 900_000.0  # 1,000 quarter-hours ≈ 10.4 days
+    assert default_max_future(3600.0) == default_max_future(DAY) == 30 * DAY
+    raw = copy.deepcopy(RAW)
+    assert parse_config(raw).engine_config().max_future_seconds == 30 * DAY  # hourly windows
+    raw["service"]["window_seconds"] = 60.0
+    assert parse_config(raw).engine_config().max_future_seconds == 7 * DAY
+    raw["service"]["max_future_seconds"] = 120.0
+    assert parse_config(raw).engine_config().max_future_seconds == 120.0

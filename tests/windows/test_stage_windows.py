@@ -67,7 +67,7 @@ def test_the_drain_releases_every_window_at_0_7_seconds():
     assert s.add(0, batch(("a", 0.1), ("b", 0.8), ("c", 1.5))) == []
     out = s.release(flush=True)
     assert seqs(out) == [1, 2, 3] and times(out) == [[0.1], [0.8], [1.5]]
-    assert s.held == {} and s.held_events == 0 and e._buffers == {}
+    assert s.held == {} and s.held_events == 0 and e.held_events == 0
     assert e.windows.last_closed == 3
 
 
@@ -80,7 +80,7 @@ def test_the_same_events_step_by_step_at_0_7_seconds():
     first = s.release()
     assert seqs(first) == [1, 2]
     last = s.release(flush=True)
-    assert seqs(last) == [3] and times(last) == [[1.5]] and e._buffers == {}
+    assert seqs(last) == [3] and times(last) == [[1.5]] and e.held_events == 0
 
 
 @pytest.mark.parametrize("length,origin", [(0.7, 0.0), (3.3, 0.0), (86400 / 7, 0.0), (0.7, 1.7e9),
@@ -102,7 +102,7 @@ def test_windows_close_exactly_when_the_watermark_reaches_their_end(length, orig
         want = [below(b)] if t == 1 else [end(origin, length, t - 1), below(b)]
         assert times(out) == [want], t
     last = s.release(flush=True)
-    assert seqs(last) == [151] and times(last) == [[end(origin, length, 150)]] and e._buffers == {}
+    assert seqs(last) == [151] and times(last) == [[end(origin, length, 150)]] and e.held_events == 0
 
 
 @pytest.mark.parametrize("length,origin", [(0.7, 0.0), (86400 / 7, 1.7e9), (0.1, 123.4)])
@@ -116,7 +116,7 @@ def test_the_drain_releases_the_window_of_an_event_at_a_window_start(length, ori
         s.add(0, batch(("a", origin + 0.5 * length), ("b", start)))
         out = s.release(flush=True)
         assert seqs(out) == list(range(1, t + 1)), (t, start)
-        assert times(out)[-1] == [start] and e._buffers == {} and s.held == {}
+        assert times(out)[-1] == [start] and e.held_events == 0 and s.held == {}
 
 
 @pytest.mark.parametrize("lateness", [1.1, 7.0])
@@ -131,7 +131,7 @@ def test_the_drain_releases_every_window_with_allowed_lateness(lateness):
         s.add(0, batch(*[(f"u{j}", (j - 0.5) * 0.7) for j in range(1, k + 1)]))
         out = s.release(flush=True)
         assert seqs(out) == list(range(1, k + 1)), (k, end(0.0, 0.7, k))
-        assert e._buffers == {} and s.held == {}
+        assert e.held_events == 0 and s.held == {}
 
 
 # ------------------------------------------------------------------------------------------ late and lateness
@@ -153,14 +153,15 @@ def test_only_the_passed_windows_close_and_a_closed_window_is_late():
 def test_the_stage_respects_allowed_lateness():
     """Lateness 5: events at 5 and 12 give a watermark of 12 − 5 = 7 < 10, nothing is due; an event at 16 gives
     11 ≥ 10: seq 1, with its event 5 — and the ENGINE's watermark must also have reached 10 (the stage steps it to
-    the window's end plus the lateness), else its close_due would close nothing."""
+    the window's end plus the lateness), else its close_due would close nothing. (Since the engine holds the
+    per-partition watermarks itself, its watermark is the partition's: 16 − 5 = 11.)"""
     e, s = stage(lateness=5.0)
     s.add(0, batch(("a", 5.0), ("a", 12.0)))
     assert s.due_until() == 0 and s.release() == []
     s.add(0, batch(("a", 16.0)))
     out = s.release()
     assert seqs(out) == [1] and times(out) == [[5.0]]
-    assert e.windows.watermark == 10.0 and e.windows.last_closed == 1
+    assert e.windows.watermark == 11.0 and e.windows.last_closed == 1
 
 
 def test_a_restored_stage_keeps_its_partition_watermarks():
@@ -176,7 +177,7 @@ def test_a_restored_stage_keeps_its_partition_watermarks():
     e2.restore(snap)
     s2.load_state(state_codec.decode(st))
     s2.wm.register([0, 1])
-    assert s2.wm.max_ts == {0: 15.0, 1: 12.0} and s2.wm.watermark() == 12.0
+    assert s2.wm.max_ts == {0: 15.0, 1: 12.0} and s2.wm.watermark_at() == 12.0
     mine, theirs = s.release(), s2.release()
     assert seqs(theirs) == [1] and times(theirs) == [[5.0, 7.0]]
     assert [r.to_bytes() for x in theirs for r in x.records] == [r.to_bytes() for x in mine for r in x.records]

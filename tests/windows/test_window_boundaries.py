@@ -130,7 +130,7 @@ def test_the_embedded_pipeline_releases_every_window_at_0_7_seconds():
     EmbeddedPipeline(e, [sink]).run([[ev("a", 0.1), ev("b", 0.8), ev("c", 1.5)]])
     assert [r.seq for r in sink.records] == [1, 2, 3]
     assert [r.values["ts"] for r in sink.records] == [[0.1], [0.8], [1.5]]
-    assert e._buffers == {}
+    assert e.held_events == 0
 
 
 @pytest.mark.parametrize("length,origin", [(0.7, 0.0), (3.3, 1.7e9), (86400 / 7, 0.0), (86400 / 7, 1.7e9)])
@@ -167,7 +167,7 @@ def test_flush_releases_the_window_of_the_newest_event_at_a_window_start(length,
         start = end(origin, length, t - 1)
         EmbeddedPipeline(e, [sink]).run([[ev("a", origin + 0.5 * length), ev("b", start)]])
         assert [r.seq for r in sink.records] == list(range(1, t + 1)), (t, start)
-        assert sink.records[-1].values["ts"] == [start] and e._buffers == {}
+        assert sink.records[-1].values["ts"] == [start] and e.held_events == 0
 
 
 # ------------------------------------------------------------------------------------------ origin and watermark
@@ -206,17 +206,15 @@ def test_a_partition_idle_exactly_the_timeout_still_holds_the_watermark():
 
 def test_flush_closes_every_window_despite_lateness():
     """Lateness 15 s, length 10: events at 1 and 12 (windows 1, 2). The watermark (12 − 15 = −3) closes nothing,
-    but the end of the input releases both windows: flush moves every partition past the newest event by the
-    lateness AND a window length."""
+    but the end of the input releases both windows, marked ``closed_by: end_of_input``."""
     w = TumblingWindows(10.0, origin=0.0, allowed_lateness=15.0)
     w.observe(12.0)
     assert w.due() == []
-    w.flush()
-    assert w.due() == [1, 2]
     e = make_engine(10.0, 0.0, lateness=15.0)
     sink = ListSink()
     EmbeddedPipeline(e, [sink]).run([[ev("a", 1.0), ev("b", 12.0)]])
-    assert [(r.seq, r.values["ts"]) for r in sink.records] == [(1, [1.0]), (2, [12.0])]
+    assert [(r.seq, r.values["ts"], r.closed_by) for r in sink.records] == [(1, [1.0], "end_of_input"),
+                                                                            (2, [12.0], "end_of_input")]
 
 
 def test_allowed_lateness_is_bounded_by_the_accepted_time_range():

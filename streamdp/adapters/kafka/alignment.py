@@ -8,12 +8,10 @@ pause (``consumer.pause``) and resume; memory and checkpoints then stay bounded 
 fetch) of events per partition. Releases do not change: the canonical stage makes them independent of the
 interleaving.
 
-What a pause can and cannot make late. A paused partition keeps holding the watermark — its newest event time
-stays in the minimum, and the worker pins it so that ``idle_timeout`` does not release it
-(``PartitionWatermarks.pinned``) — so an unread event within the allowed lateness of its own partition's newest
-event time is never late, paused or not. An event further behind its own partition's newest time can be: had the
-partition not been paused, a slower partition might have held the watermark below it a while longer (such an
-event is late whenever its partition happens to be the slowest one, paused or not).
+What a pause changes: nothing the releases show. An event is judged against its own partition's watermark, in that
+partition's offset order, whenever it is read (``TumblingWindows.judge``), and a paused partition keeps holding the
+watermark over partitions — its newest event time stays in the minimum, and the worker pins it so that
+``idle_timeout`` does not release it (``TumblingWindows.pinned``) — so no window closes without its unread events.
 
 Where a partition is: the 5 % quantile of the event times of its last :data:`RECENT` events delivered in the last
 ``idle`` seconds — recent consumption, not its newest event time, which one far-future outlier would move (and a pause on the strength of

@@ -38,11 +38,13 @@ import numpy as np
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import ForwardRecord, Stream, encode
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, split_runs
-from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, all_read_to_end, check_internal_topic,
+from streamdp.adapters.kafka.logs import Throttle
+from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, ReadPastEnd, all_read_to_end, check_internal_topic,
                                             start_retrying, stop_clients, stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 
 log = logging.getLogger("streamdp.kafka")
+COMMIT_TIMEOUT = 2.0  # seconds an input-offset commit may take (as the worker's)
 
 
 class IngestWorker:
@@ -63,6 +65,7 @@ class IngestWorker:
         self.forwarded_events = 0
         self.lean = False  # the lean fetch is installed in the consumer
         self._last_input = time.monotonic()
+        self._said = Throttle(log)
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -145,10 +148,16 @@ class IngestWorker:
             self.metrics.set_ready()
             await self.metrics.export_lag(self.consumer, o.input_topic)  # a rebalance meanwhile: gen says so
             if not any(batch.values()):
-                if (o.drain_idle is not None and time.monotonic() - self._last_input >= o.drain_idle
-                        and await all_read_to_end(self.consumer, o.input_topic)):
-                    log.info("input idle and read to its end: stopping", extra={"idle_seconds": o.drain_idle})
-                    break
+                if o.drain_idle is not None and time.monotonic() - self._last_input >= o.drain_idle:
+                    try:
+                        at_end = await all_read_to_end(self.consumer, o.input_topic)
+                    except ReadPastEnd as e:  # truncated or recreated: no end of input (the coordinator stops)
+                        self._said.error("past_end", f"{e}: not stopping on it",
+                                         partition=e.partition, position=e.position, high_watermark=e.high_watermark)
+                        at_end = False
+                    if at_end:
+                        log.info("input idle and read to its end: stopping", extra={"idle_seconds": o.drain_idle})
+                        break
                 continue
             self._last_input = time.monotonic()
             for chunk in split_runs(batch, o.batch_max_records):  # lean runs: max_records counted runs
@@ -200,9 +209,14 @@ class IngestWorker:
         self.faults.hit("ingest_after_forward")  # forwarded, not committed: the next owner re-sends
         if commits:
             try:
-                await self.consumer.commit(commits)
+                # bounded (a deleted input topic's commit is retried for ever by aiokafka): not committed, the runs
+                # are forwarded again by the next owner, which the coordinator skips by input offset
+                await asyncio.wait_for(self.consumer.commit(commits), COMMIT_TIMEOUT)
             except (CommitFailedError, KafkaError) as e:  # a rebalance took them: the new owner re-sends
                 log.info("ingest commit refused (rebalance); the new owner re-sends", extra={"error": str(e)})
+            except asyncio.TimeoutError:
+                self._said.warn("commit", "ingest commit took too long; not committed (the runs are sent again "
+                                "after a restart, and skipped by the coordinator)", timeout_seconds=COMMIT_TIMEOUT)
 
     async def _committed(self, tp) -> int:
         off = await self.consumer.committed(tp)

@@ -44,8 +44,63 @@ def setup_logging(fmt: str = "json", level: str = "INFO") -> None:
     level = level.upper()
     h = logging.StreamHandler(sys.stderr)
     h.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    quiet = logging.StreamHandler(sys.stderr)  # aiokafka's: every retry of a failing request is logged
+    quiet.setFormatter(h.formatter)
+    quiet.addFilter(RepeatFilter())
     for name in ("streamdp", "aiokafka"):
         lg = logging.getLogger(name)
-        lg.handlers[:] = [h]
+        lg.handlers[:] = [h if name == "streamdp" else quiet]
         lg.propagate = False
         lg.setLevel(level if name == "streamdp" else "WARNING")
+
+
+class Throttle:
+    """Logs a repeated condition at most once per ``interval`` seconds per key (a broker or store that keeps
+    failing must not flood the log: an input topic deleted under the worker logged ~40 lines a second); the next
+    line that gets through says how many were held back (``suppressed``)."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
+        self.log = logger
+        self.interval = float(interval)
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def _say(self, level: int, key: str, msg: str, extra: dict) -> None:
+        now = time.monotonic()
+        if now - self._last.get(key, -float("inf")) < self.interval:
+            self._held[key] = self._held.get(key, 0) + 1
+            return
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            extra = {**extra, "suppressed": held}
+        self.log.log(level, msg, extra=extra)
+
+    def warn(self, key: str, msg: str, **extra) -> None:
+        self._say(logging.WARNING, key, msg, extra)
+
+    def error(self, key: str, msg: str, **extra) -> None:
+        self._say(logging.ERROR, key, msg, extra)
+
+
+class RepeatFilter(logging.Filter):
+    """Drops a record whose (logger, level, message template) was let through less than ``interval`` seconds ago
+    (aiokafka logs every retry of a failing request); the next one through carries ``suppressed``."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        super().__init__()
+        self.interval = float(interval)
+        self._last: dict[tuple, float] = {}
+        self._held: dict[tuple, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno, str(record.msg))
+        now = time.monotonic()
+        if now - self._last.get(key, -float("inf")) < self.interval:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            record.suppressed = held
+        return True

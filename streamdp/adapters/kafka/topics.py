@@ -62,18 +62,39 @@ async def topic_partitions(consumer, topic: str, timeout: float = 30.0) -> list[
         await asyncio.sleep(0.2)
 
 
-async def read_to_end(consumer, tp) -> bool:
-    """``tp`` has answered a fetch and ``consumer`` is positioned at or past the high watermark that answer carried
+class ReadPastEnd(RuntimeError):
+    """A partition's read position is past the end of its log (the high watermark a fetch answered with): the topic
+    was truncated or deleted and recreated under the reader. That is no end of input — events written to the new
+    log below the old position would be skipped — but an error to report (drains refuse to close on it)."""
+
+    def __init__(self, topic: str, partition: int, position: int, high_watermark: int) -> None:
+        self.topic, self.partition, self.position, self.high_watermark = topic, partition, position, high_watermark
+        super().__init__(f"partition {partition} of topic {topic!r}: read position {position} is past the end of "
+                         f"the log (high watermark {high_watermark}): the topic was truncated or recreated")
+
+
+async def read_to_end(consumer, tp, position: int | None = None) -> bool:
+    """``tp`` has answered a fetch and ``consumer`` is positioned exactly at the high watermark that answer carried
     (from fetch responses: tansu's ``end_offsets`` are wrong after batched produce). Idleness alone is no end of
-    input: a partition whose first fetch is still on its way, or one read in part, is not at its end."""
+    input: a partition whose first fetch is still on its way, or one read in part, is not at its end. A position
+    PAST the high watermark (``position``, the caller's own next offset, is judged too) raises
+    :class:`ReadPastEnd`: the log was truncated or recreated, which is not "read to the end"."""
     hw = consumer.highwater(tp)
-    return hw is not None and await consumer.position(tp) >= hw
+    if hw is None:
+        return False
+    pos = await consumer.position(tp)
+    for at in (pos, position):
+        if at is not None and at > hw:
+            raise ReadPastEnd(tp.topic, tp.partition, int(at), int(hw))
+    return pos == hw
 
 
-async def all_read_to_end(consumer, topic: str) -> bool:
-    """:func:`read_to_end` for every partition of ``topic`` assigned to ``consumer``."""
+async def all_read_to_end(consumer, topic: str, positions: dict | None = None) -> bool:
+    """:func:`read_to_end` for every partition of ``topic`` assigned to ``consumer`` (``positions``: partition → the
+    caller's own next offset, judged against the high watermark too). Raises :class:`ReadPastEnd`."""
+    positions = positions or {}
     for tp in consumer.assignment():
-        if tp.topic == topic and not await read_to_end(consumer, tp):
+        if tp.topic == topic and not await read_to_end(consumer, tp, positions.get(tp.partition)):
             return False
     return True
 
@@ -124,14 +145,19 @@ async def start_retrying(start, stop, stopping: asyncio.Event, *, first_delay: f
             delay = min(2 * delay, max_delay)
 
 
+STOP_TIMEOUT = 5.0  # seconds each client's stop may take on the shutdown path (a LeaveGroup to a dead broker…)
+
+
 async def stop_clients(*clients) -> None:
-    """Stop aiokafka clients, best effort (shutdown goes on if one fails)."""
+    """Stop aiokafka clients, best effort and bounded (shutdown goes on if one fails or hangs: every broker call on
+    the shutdown path is bounded)."""
     for c in clients:
         if c is not None:
             try:
-                await c.stop()
+                await asyncio.wait_for(c.stop(), STOP_TIMEOUT)
             except Exception as e:  # pragma: no cover - best effort on shutdown
-                log.warning("client stop failed", extra={"client": type(c).__name__, "error": str(e)})
+                log.warning("client stop failed",
+                            extra={"client": type(c).__name__, "error": str(e) or type(e).__name__})
 
 
 async def ensure_topics(client_kw: dict, names: list[str], partitions: int, replication: int = 1,

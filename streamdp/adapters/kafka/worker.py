@@ -12,13 +12,14 @@ The Kafka twin of :class:`streamdp.engine.pipeline.EmbeddedPipeline`, in two con
   runs one step:
 
 1. bad events → dead-letter topic ``{"reason", "detail", "payload", "partition", "offset", …}`` keyed
-   ``<partition>/<offset>``;
-2. hold the parsed events in the :class:`~streamdp.adapters.kafka.ordering.CanonicalStage` (watermark over the
-   Kafka partitions) and close every due window through the engine (one atomic admit per window);
+   ``<partition>/<offset>`` (an event whose record key is not its user too: ``key_mismatch``);
+2. feed each partition's events to the engine through the :class:`~streamdp.adapters.kafka.ordering.CanonicalStage`
+   — each judged against its own partition's watermark, held per (window, partition) — and close the windows every
+   partition's watermark has passed (one atomic admit per window), at most ``CLOSE_STEP_WINDOWS`` per round;
 3. if windows closed (or every N batches / T seconds): ONE atomic Redis checkpoint (state + offsets + release log +
-   ledger + pending records, :mod:`~streamdp.adapters.kafka.checkpoint`); then publish each record to
-   ``<output_prefix><query id>`` keyed by ``query/epoch/window``; then acknowledge; then commit Kafka offsets (for
-   lag monitoring only).
+   ledger + pending records, :mod:`~streamdp.adapters.kafka.checkpoint`); then publish each record to partition 0
+   of ``<output_prefix><query id>`` keyed by ``query/epoch/window``; then acknowledge; then commit Kafka offsets (for
+   lag monitoring only, bounded: ``COMMIT_TIMEOUT``). More due windows: another round (2–3) before the next step.
 
 The blocking parts of a step — the window closes (the engine's admit/settle Lua calls) and the checkpoint (engine
 snapshot, encoding, the Lua call) — run in a worker thread (``asyncio.to_thread``) while the event loop goes on
@@ -31,7 +32,8 @@ dropped, and everything after the seek is fetched again from the restored offset
 
 Redis or Kafka failures never publish anything uncharged: the worker drops its in-memory state, restores the last
 checkpoint (retrying with backoff until Redis answers), re-publishes the pending records and seeks back to the
-checkpointed offsets. SIGTERM finishes the current step, checkpoints and exits 0.
+checkpointed offsets. SIGTERM finishes the current step (or round of closes), checkpoints and exits 0 — 5 when
+Kafka fails meanwhile (the final offset commit failed or timed out).
 
 Scale-out: workers of one consumer group use :class:`~streamdp.adapters.kafka.assignor.SingleOwnerAssignor` —
 one active owner of all input partitions, the others standby; hand-over through the checkpoint.
@@ -60,11 +62,12 @@ from streamdp.adapters.kafka.checkpoint import (Checkpoint, DeferredReleaseLog, 
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import Stream, refusal
 from streamdp.adapters.kafka.forward import accept as accept_forward
-from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, offsets_and_values, split_runs
-from streamdp.adapters.kafka.ordering import CanonicalStage, take_rows
+from streamdp.adapters.kafka.logs import Throttle
+from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, keys_of, offsets_and_values, split_runs
+from streamdp.adapters.kafka.ordering import CLOSE_STEP_WINDOWS, CanonicalStage
 from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPED_IN_OUTAGE, OUTPUT_TOPIC_CONFIGS,
                                             all_read_to_end, check_internal_topic, ensure_topics, forward_topic,
-                                            output_topic, read_to_end, start_retrying, stop_clients,
+                                            output_topic, read_to_end, start_retrying, stop_clients, ReadPastEnd,
                                             stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseConflict, ReleaseEngine, WindowSummary
@@ -74,12 +77,17 @@ from streamdp.filter.store import StoreError
 from streamdp.input.events import FAST_MIN_BATCH, DeadLetter, EventBatch, parse_batch
 from streamdp.noise.generator import secure_generator
 from streamdp.outputs.dead_letters import dead_letter_value
+from streamdp.windows.held import take_rows
 from streamdp.windows.tumbling import rejection_detail
 
 log = logging.getLogger("streamdp.kafka")
 
 PROBE_SECONDS = 10.0  # the coordinator's input-topic probe before a drain, in all (KafkaWorker._unforwarded)
+OUTPUT_PARTITIONS = 1  # output topics the worker creates: one partition, so a query's releases are read in order
+OUTPUT_PARTITION = 0  # … and every release is published on it (also on an older topic with more partitions)
 EXIT_RELEASE_CONFLICT = 7  # `streamdp run` exit code: another deployment's releases hold this deployment's keys
+EXIT_INPUT_PAST_END = 4  # `streamdp run` exit code (as a store behind what was published): the input log is behind
+COMMIT_TIMEOUT = 2.0  # seconds an offset commit (lag monitoring only) may take, on the shutdown path too
 
 
 
@@ -105,7 +113,10 @@ class WorkerOptions:
     poll_ms: int = 200
     checkpoint_seconds: float = 5.0  # periodic checkpoint even without window closes
     checkpoint_batches: int = 100
-    drain_idle: float | None = None  # exit after this long without input, closing every window (bounded inputs)
+    drain_idle: float | None = None  # exit after this long without input, the input read to its end (bounded inputs)
+    # … and at that drain also close the windows the watermark has not passed (records marked end_of_input); without
+    # it they stay open in the checkpoint for a later run
+    close_open_windows: bool = False
     session_timeout_ms: int = 10000
     heartbeat_interval_ms: int = 1000
     max_request_bytes: int = 16 * 1024 * 1024  # releases of many items can be large
@@ -168,24 +179,35 @@ class Fetched:
     records: int
 
 
-def parse_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
+def parse_fetched(batch: dict, topic: str, check_keys: bool = True) -> list[FetchedPartition]:
     """Parse a ``getmany`` result (TopicPartition → records, or → ``RecordRun`` s of the lean fetch) of ``topic``:
     the payloads of all partitions in ONE :func:`parse_batch` call (bigger batches take the columnar fast path, and
     its per-batch name dictionaries serve every partition), then split back per partition, in partition order.
     Each event's parse does not depend on the batch it is parsed in, so this equals parsing partition by
-    partition."""
+    partition. With ``check_keys``, a valid event whose record key is not its ``user`` is a dead letter
+    (``key_mismatch``, :func:`key_mismatches`)."""
     tps = sorted((tp for tp, msgs in batch.items() if tp.topic == topic and msgs), key=lambda tp: tp.partition)
     if not tps:
         return []
     payloads: list[bytes] = []
+    keys: list = []
     offsets: list[np.ndarray] = []
     bounds = [0]
     for tp in tps:
         offs, vals = offsets_and_values(batch[tp])  # lean runs or ConsumerRecords (lean_fetch.py)
         payloads.extend(vals)
+        if check_keys:
+            keys.extend(keys_of(batch[tp]))
         offsets.append(offs)
         bounds.append(len(payloads))
     parsed, dead = parse_batch(payloads)
+    if check_keys and len(parsed):
+        bad = key_mismatches(keys, parsed)
+        if bad.size:
+            extra = [DeadLetter(payloads[j], "key_mismatch", _key_detail(keys[j]), j)
+                     for j in parsed.source_rows[bad].tolist()]
+            parsed = take_rows(parsed, np.setdiff1d(np.arange(len(parsed)), bad))
+            dead = sorted(dead + extra, key=lambda d: d.index)
     dead_at: list[int] = []
     if dead:
         mask = np.ones(len(payloads), dtype=bool)
@@ -204,6 +226,30 @@ def parse_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
         dl = [(i - lo, d) for i, d, q in zip(dead_at, dead, dead_part) if q == j]
         out.append(FetchedPartition(tp.partition, offsets[j], payloads[lo:hi], sub, dl))
     return out
+
+
+def key_mismatches(keys: list, parsed: EventBatch) -> np.ndarray:
+    """Rows of ``parsed`` whose record key (``keys[source row]``: bytes or None) is not the UTF-8 of the event's
+    user. Events are keyed by user (so that a user's events stay in one partition, in order, and one user cannot
+    move every partition's watermark): an event keyed otherwise, or not at all, is a dead letter
+    (docs/DECISIONS.md, "Event time"). One C-level comparison per event."""
+    users = parsed.users
+    if parsed.user_codes is not None and parsed.user_dict is not None:
+        enc = np.empty(len(parsed.user_dict), dtype=object)
+        enc[:] = [u.encode() for u in parsed.user_dict]
+        want = enc[np.asarray(parsed.user_codes, dtype=np.int64)]
+    else:
+        want = np.empty(len(users), dtype=object)
+        want[:] = [u.encode() for u in users]
+    got = np.empty(len(keys), dtype=object)
+    got[:] = keys
+    return np.flatnonzero(got[parsed.source_rows] != want)
+
+
+def _key_detail(key) -> str:
+    if key is None:
+        return "the record has no key; events are keyed by their user"
+    return f"the record's key ({len(key)} bytes) is not the event's user; events are keyed by their user"
 
 
 def decode_fetched(batch: dict, topic: str) -> list[FetchedPartition]:
@@ -264,7 +310,7 @@ class KafkaWorker:
         self.offsets: dict[int, int] = {}  # input partition → next input offset (what the engine has)
         self.src_offsets: dict[int, int] = {}  # coordinator: internal partition → next offset
         self.owned: set[int] = set()  # partitions of the consumed topic held by this worker
-        self.input_partitions: set[int] = set()  # coordinator: every input partition (they hold the watermark)
+        self.input_partitions: set[int] = set()  # every input partition (they all hold the watermark)
         self._next_probe = 0.0  # coordinator drain: when the input topic may be probed again (_unforwarded)
         self._waiting_logged = False  # … and "waiting for stage A" said once per idle spell
         self.generation = 0  # bumped at every (re)assignment and seek: fetched batches of older ones are dropped
@@ -286,6 +332,8 @@ class KafkaWorker:
         self._carry: Fetched | None = None  # a fetched batch taken from the queue for the next step
         self._failures = 0  # consecutive failed steps (their backoff)
         self._removed: list[str] = []  # query ids removed from this deployment by a restart (checkpoint info)
+        self._said = Throttle(log)  # repeated failures are logged at most once per 10 s per kind
+        self._commit_failed = False  # the last offset commit failed or timed out
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -298,8 +346,9 @@ class KafkaWorker:
             await ensure_topics(self.client_kw, names, o.partitions)
             # releases are keyed by (query, epoch, window) and a re-publish repeats key and bytes: compaction keeps
             # one record per release; a topic takes records as large as the producer sends (existing topics are
-            # left as they are)
-            await ensure_topics(self.client_kw, list(self.topic_of.values()), o.partitions,
+            # left as they are). ONE partition: a query's releases are read in window order (every record is
+            # published on partition 0 of its topic, also of an older topic with more partitions)
+            await ensure_topics(self.client_kw, list(self.topic_of.values()), OUTPUT_PARTITIONS,
                                 configs={**OUTPUT_TOPIC_CONFIGS, "max.message.bytes": str(o.max_request_bytes)})
         self.producer = AIOKafkaProducer(**self.client_kw, acks="all", linger_ms=0, enable_idempotence=False,
                                          max_request_size=o.max_request_bytes)
@@ -319,6 +368,8 @@ class KafkaWorker:
             if not self.coordinator:
                 await self.consumer.start()
                 self.lean = o.lean_fetch and install_lean_fetch(self.consumer)
+                # every input partition holds the watermark, owned or not: no window closes without its data
+                self.input_partitions = set(await topic_partitions(self.consumer, o.input_topic))
         else:
             from aiokafka import TopicPartition
 
@@ -326,15 +377,34 @@ class KafkaWorker:
                 await self.consumer.start()
                 self.lean = o.lean_fetch and install_lean_fetch(self.consumer)
             parts = await topic_partitions(self.consumer, self.source_topic)
+            if not self.coordinator:
+                self.input_partitions = set(parts)
             tps = [TopicPartition(self.source_topic, p) for p in parts]
             self.consumer.assign(tps)
             await self.on_assigned(tps)
         if self.exit_code != 0:  # a standalone start refused while restoring (exit 4, 6, 7): said already, not "started"
             return
+        await self._warn_wide_output_topics()
         log.info("worker started", extra={"worker": self.worker_id, "input_topic": o.input_topic,
                                           "role": o.role, "source_topic": self.source_topic, "group": self.group,
                                           "queries": list(self.topic_of), "lean_fetch": self.lean,
                                           "test_mode": self.test_mode})
+
+    async def _warn_wide_output_topics(self) -> None:
+        """Output topics with more than one partition (created before 2026-12-07, or by hand): the worker publishes
+        on their partition 0 only, so that a query's releases are read in window order; records published before
+        stay where they are (docs/subscribers.md)."""
+        from aiokafka.errors import KafkaError
+
+        for topic in self.topic_of.values():
+            try:
+                parts = await asyncio.wait_for(self.producer.partitions_for(topic), 10.0)
+            except (KafkaError, asyncio.TimeoutError):
+                continue  # not known yet: nothing to warn about
+            if parts and len(parts) > 1:
+                log.warning("output topic %r has %d partitions: releases are published on its partition 0 only "
+                            "(in window order); records published before this version may be on the others",
+                            topic, len(parts), extra={"topic": topic, "partitions": len(parts)})
 
     async def stop(self) -> None:
         await stop_clients(self.consumer, self.producer)
@@ -355,6 +425,14 @@ class KafkaWorker:
             async with self.lock:
                 if self.engine is not None and self.exit_code == 0:
                     await self._safe(self._final_checkpoint)
+                if self.exit_code == 0 and self.stopping.is_set() and self._commit_failed:
+                    # OPERATIONS: a SIGTERM during an outage exits 5 (the checkpoint above is in the store: nothing
+                    # is lost; only Kafka's copy of the offsets, for lag monitoring, could not be written — e.g. an
+                    # input topic deleted under the worker, whose commit aiokafka would retry for ever)
+                    log.error("stopping while Kafka is failing (the offset commit failed or took longer than "
+                              f"{COMMIT_TIMEOUT:g} s); the checkpoint is written, the next start resumes from it",
+                              extra={"worker": self.worker_id, "topic": self.source_topic})
+                    self.exit_code = EXIT_STOPPED_IN_OUTAGE
         finally:
             self.metrics.set_ready("stopping")
             await self.stop()
@@ -407,8 +485,26 @@ class KafkaWorker:
         """Whether every assigned partition of the source topic has answered a fetch and is read up to the high
         watermark that answer carried. Idleness alone is no end of input: draining while a partition's first fetch
         is still on its way, or while one is read in part, closes windows that its events belong to, and every
-        later run dead-letters them as late (service review of 2026-11-23, finding 3)."""
-        return await all_read_to_end(self.consumer, self.source_topic)
+        later run dead-letters them as late (service review of 2026-11-23, finding 3). A read position — the
+        consumer's or this worker's own next offset — PAST the high watermark is no end either: the topic was
+        truncated or recreated under the worker (a drain then released windows from part of their events as final;
+        fault campaign of 2026-12-06): the worker stops with exit code 4, nothing closed (:meth:`_refuse_past_end`)."""
+        try:
+            return await all_read_to_end(self.consumer, self.source_topic,
+                                         self.src_offsets if self.coordinator else self.offsets)
+        except ReadPastEnd as e:
+            self._refuse_past_end(e)
+            return False
+
+    def _refuse_past_end(self, e: ReadPastEnd) -> None:
+        log.error(f"{e}. The drain does not take that for the end of the input: the records this deployment read "
+                  "are gone from the log, and events written to the new log below the old position would be skipped. "
+                  "Nothing was closed. Restore the topic, or start a new deployment (new group id and query ids) "
+                  "on the new topic", extra={"worker": self.worker_id, "topic": e.topic, "partition": e.partition,
+                                             "position": e.position, "high_watermark": e.high_watermark})
+        self.engine = self.stage = None
+        self.exit_code = EXIT_INPUT_PAST_END
+        self.stopping.set()
 
     async def _stage_a_done(self) -> bool:
         """The coordinator's drain needs more than its own topic read to its end: an idle internal topic may be a
@@ -427,6 +523,9 @@ class KafkaWorker:
 
         try:
             pending = await self._unforwarded()
+        except ReadPastEnd as e:
+            self._refuse_past_end(e)
+            return False
         except (KafkaError, OSError, asyncio.TimeoutError) as e:
             log.warning("input topic probe failed; not drained", extra={"error": str(e)})
             return False
@@ -597,8 +696,7 @@ class KafkaWorker:
             try:
                 await fn(*args)
                 if self._failures:
-                    self.metrics.set_ready()
-                self._failures = 0
+                    self.metrics.set_ready()  # the counter itself is reset only once a checkpoint is published
                 return True
             except (StoreError, KafkaError, ConnectionError, asyncio.TimeoutError) as e:
                 log.error("step failed; restoring the last checkpoint", extra={"error": str(e),
@@ -606,8 +704,10 @@ class KafkaWorker:
                 self.metrics.set_ready(f"outage: {type(e).__name__}")
                 self.metrics.recoveries.inc()
                 await self._recover()
-                # a failure that persists after the restore (e.g. a server-side error on one key) must not spin:
-                # back off between failed steps, 0.2 s doubling to 10 s (a SIGTERM ends the wait)
+                # a failure that persists after the restore (e.g. a server-side error on one key, Redis out of
+                # memory) must not spin: back off between failed steps, 0.2 s doubling to 10 s (a SIGTERM ends the
+                # wait). The count is reset only by a checkpoint written and published (_checkpoint_and_publish):
+                # steps that only read Redis succeed while it refuses writes, and used to reset it every time
                 self._failures += 1
                 delay = min(0.2 * 2 ** (self._failures - 1), 10.0)
                 try:
@@ -787,9 +887,11 @@ class KafkaWorker:
                 engine.restore(eng_state)
             else:
                 engine.restore_tree(eng_state)
-            stage.load_state(ck.state["stage"])
+            stage.load_state(ck.state.get("stage") or {})  # a checkpoint of before 2026-12-07 (its events move in)
             engine.rng.bit_generator.state = ck.state["rng"]
-        stage.wm.register(self.input_partitions if self.coordinator else self.owned)
+        # every partition of the input topic holds the watermark (a partition that has not delivered yet at −∞, until
+        # idle_timeout): a window closes only when all of them passed it, whoever owns them
+        engine.register_partitions(self.input_partitions | (set() if self.coordinator else self.owned))
         self.engine, self.stage = engine, stage
         self.offsets = {p: o for p, o in ck.offsets.items()}
         src = (ck.state or {}).get("source") or {}
@@ -823,7 +925,7 @@ class KafkaWorker:
 
     # ---- one batch -----------------------------------------------------------------------------------------
     async def _step(self, items: list[Fetched]) -> None:
-        eng, stage = self.engine, self.stage
+        eng = self.engine
         t_batch = time.monotonic()
         dead_futs = []
         held = self.input_partitions if self.coordinator else self.owned
@@ -869,6 +971,12 @@ class KafkaWorker:
         if (summaries or self._batches_since >= o.checkpoint_batches
                 or time.monotonic() - self._last_ckpt >= o.checkpoint_seconds):
             await self._checkpoint_and_publish(summaries, t_batch)
+        # a long advance of the watermark (a far-future event, a backlog after an outage) closes its windows in
+        # steps of CLOSE_STEP_WINDOWS, each checkpointed and published before the next: memory stays bounded and a
+        # restart resumes after the last step (a SIGTERM meanwhile stops between two steps)
+        while summaries and not self.stopping.is_set() and self.stage.pending():
+            summaries = await self._release()
+            await self._checkpoint_and_publish(summaries, t_batch)
         self.metrics.update(eng.counters)
         self._state_gauges()
 
@@ -905,7 +1013,7 @@ class KafkaWorker:
         self.metrics.held_events.set(stage.held_events)
         self.metrics.last_window.set(self.engine.windows.last_closed)
         self.metrics.checkpoint_bytes.set(self.ckpt.last_bytes)
-        wm = stage.wm.watermark()
+        wm = stage.wm.watermark_at()
         if np.isfinite(wm):
             self.metrics.watermark.set(wm)
 
@@ -928,11 +1036,12 @@ class KafkaWorker:
             dead_futs.append(await self._dead_letter(part.payloads[src], reason, detail, p, int(part.offsets[src])))
 
     async def _release(self, flush: bool = False) -> list[WindowSummary]:
-        """Close the due windows (``flush``: all) in a worker thread: the admit/settle calls block on Redis."""
+        """Close the next due windows, at most CLOSE_STEP_WINDOWS of them (``flush``: the open ones too, as
+        ``end_of_input``), in a worker thread: the admit/settle calls block on Redis."""
         stage = self.stage
-        if not flush and stage.due_until() <= self.engine.windows.last_closed:
+        if not stage.pending(None, flush):
             return []
-        return await self._blocking(stage.release, None, flush)
+        return await self._blocking(stage.release, None, flush, CLOSE_STEP_WINDOWS)
 
     async def _dead_letter(self, payload: bytes, reason: str, detail: str, partition: int, offset: int):
         # logs carry the reason and position only, never the payload
@@ -941,8 +1050,20 @@ class KafkaWorker:
         return await self.producer.send(self.opts.dead_letter_topic, value=v, key=f"{partition}/{offset}".encode())
 
     async def _drain(self) -> None:
-        summaries = await self._release(flush=True)
-        await self._checkpoint_and_publish(summaries, time.monotonic())
+        """The end of a bounded input: close what the watermark has passed; with ``close_open_windows`` also the
+        windows it has not (their records say ``closed_by: end_of_input``) — without it they stay open in the
+        checkpoint, for a later run to complete. In bounded steps, each checkpointed and published."""
+        flush = self.opts.close_open_windows
+        while True:
+            summaries = await self._release(flush=flush)
+            await self._checkpoint_and_publish(summaries, time.monotonic())
+            if not summaries or self.stopping.is_set() or not self.stage.pending(None, flush):
+                break
+        left = self.stage.held
+        if left and not flush:
+            log.info("drained: windows the watermark has not passed are left open (--close-open-windows closes "
+                     "them, marked end_of_input)", extra={"open_windows": sorted(left)[:20],
+                                                          "held_events": self.stage.held_events})
 
     async def _final_checkpoint(self) -> None:
         await self._checkpoint_and_publish([], time.monotonic())
@@ -966,6 +1087,7 @@ class KafkaWorker:
             await self._publish(records)
             self.faults.hit("after_publish")
             self.ckpt.ack(version)
+        self._failures = 0  # written to the store and published: the backoff of failed steps starts over
         await self._commit_offsets()
         done = time.monotonic()
         for s in summaries:
@@ -994,7 +1116,9 @@ class KafkaWorker:
         if not self.test_mode:
             eng.rng = secure_generator()  # a fresh key per checkpoint interval (see checkpoint.py)
         # the engine as a tree: its append logs (names, bounder commit logs) are appended to, not rewritten
-        state = {"engine": eng.state_tree(), "stage": self.stage.state(), "rng": eng.rng.bit_generator.state}
+        # the engine holds the events of open windows and the per-partition watermarks (checkpoints of before
+        # 2026-12-07 also have a "stage": CanonicalStage.load_state)
+        state = {"engine": eng.state_tree(), "rng": eng.rng.bit_generator.state}
         if self.coordinator:
             state["source"] = {str(p): o for p, o in self.src_offsets.items()}
         return self.ckpt.write(state, self.offsets, records, releases, ledger, info)
@@ -1003,11 +1127,15 @@ class KafkaWorker:
         if not records:
             return
         if "mid_publish" in self.faults.points:  # test-only: a fault with exactly the first record published
-            first = await self.producer.send(records[0].topic, value=records[0].value, key=records[0].key.encode())
+            first = await self.producer.send(records[0].topic, value=records[0].value, key=records[0].key.encode(),
+                                             partition=OUTPUT_PARTITION)
             await first
             self.faults.hit("mid_publish")
             records = records[1:]
-        futs = [await self.producer.send(r.topic, value=r.value, key=r.key.encode()) for r in records]
+        # every record of a query on partition 0 of its topic, in window order (the producer keeps the order of
+        # sends to one partition: one request in flight per connection — see docs/subscribers.md)
+        futs = [await self.producer.send(r.topic, value=r.value, key=r.key.encode(), partition=OUTPUT_PARTITION)
+                for r in records]
         if futs:
             await asyncio.gather(*futs)
 
@@ -1022,9 +1150,14 @@ class KafkaWorker:
         if not offs:
             return
         try:
-            await self.consumer.commit(offs)
-        except KafkaError as e:  # lag monitoring only: the Redis checkpoint is the source of truth
-            log.debug("offset commit skipped", extra={"error": str(e)})
+            # bounded: aiokafka retries a commit for as long as the group coordinator answers with a retriable
+            # error (an input topic deleted under the worker: for ever), and a SIGTERM must not wait for it
+            await asyncio.wait_for(self.consumer.commit(offs), COMMIT_TIMEOUT)
+            self._commit_failed = False
+        except (KafkaError, asyncio.TimeoutError) as e:  # lag monitoring only: the checkpoint is the truth
+            self._commit_failed = True
+            self._said.warn("commit", "offset commit failed (lag monitoring only: the checkpoint holds the "
+                            "offsets)", error=str(e) or type(e).__name__)
 
 
 def _listener(worker: KafkaWorker):

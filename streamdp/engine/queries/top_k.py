@@ -2,7 +2,9 @@
 
 Per window: the histogram of admitted users over items, at most 1 per (user, item) — an (∞, 1)-sensitive
 histogram; the unknown-domain Gumbel top-k (β = 1/ε, T = 1 + log(k̄/δ)/ε, T̃ = T + c_(k̄+1) + Gumbel(β)) returns a
-ranked list of ≤ k items and ⊥, never counts. The query stops for good after k* returned items (⊥ included).
+ranked list of ≤ k items and ⊥, never counts. The query stops for good after k* released items (⊥ is not
+counted: a quiet window returns [⊥], and a run of them — a quiet night, or many windows closed at once by one far
+event — must not end the query; docs/DECISIONS.md "Top-k: ⊥ does not count towards k*").
 
 Cost (reserve and settle): every user with items in window i reserves (k(i)·ε²/8, δ) with k(i) = min(k, k* − used)
 and is settled to (|I(i)|·ε²/8, δ) once the list is known (Rogers (unknown-domain) Thm 10). Users absent from the window pay nothing.
@@ -29,7 +31,7 @@ class TopK(WindowQuery):
         if kbar < k:
             raise ValueError(f"kbar must be ≥ k, got kbar={kbar}, k={k}")
         self.k, self.kbar = int(k), int(kbar)
-        self.pwyg = PayWhatYouGet(epsilon, delta, k_star)
+        self.pwyg = PayWhatYouGet(epsilon, delta, k_star, count_bottom=False)
         self.threshold = gumbel_topk_threshold(epsilon, delta, self.kbar)
         self.pwyg.reserve_cost(self.k).to_fixed()  # the largest reservation must fit the fixed-point grid: fail now
 
@@ -76,7 +78,7 @@ class TopK(WindowQuery):
         return {"pwyg": self.pwyg.state()}
 
     def load_state(self, d: dict) -> None:
-        self.pwyg = PayWhatYouGet.from_state(self.pwyg.epsilon, self.pwyg.delta, d["pwyg"])
+        self.pwyg = PayWhatYouGet.from_state(self.pwyg.epsilon, self.pwyg.delta, d["pwyg"], count_bottom=False)
 
     def describe(self) -> dict:
         return {**super().describe(), "epsilon": self.pwyg.epsilon, "delta": self.pwyg.delta, "k": self.k,
