@@ -28,7 +28,11 @@ from streamdp.accounting.cost import COMPONENTS, NOTIONS, SCALES
 #: the kind's notion always in ``cost``, public floats on their grid (1: the first published form)
 SCHEMA_VERSION = 2
 
-#: significant digits of a configuration-derived public float (:func:`public_float`)
+#: the Kafka record header of every release published in test mode (``unsafe_test_seed``), besides the record's own
+#: ``"test_mode": true``: a reader that routes on headers sees it without parsing the value
+TEST_MODE_HEADERS = [("streamdp-test-mode", b"1")]
+
+#: significant digits of a public float computed only to be shown (:func:`public_float`)
 PUBLIC_FLOAT_DIGITS = 12
 
 
