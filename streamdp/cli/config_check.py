@@ -30,7 +30,7 @@ def register(sub) -> None:
         description="Validate TOML service configurations: every problem of each file is reported, each naming its "
                     "field. Exit status 0 when every file is valid, 1 otherwise (with --strict: also when a file has "
                     "a warning).")
-    chk.add_argument("files", nargs="+", metavar="FILE")
+    chk.add_argument("files", nargs="+", metavar="FILE", help="TOML service configuration(s)")
     chk.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     chk.add_argument("--strict", action="store_true",
                      help="fail on warnings too: test mode (unsafe_test_seed), a default budget under which a user "

@@ -249,7 +249,8 @@ def parse_config(raw: dict, *, log_warnings: bool = True) -> ServiceConfig:
                       f"{shown(store)}: it is the service's budget store (the demo keeps budgets in memory "
                       "unless given --store)")
     # every query table is validated (and constructed once); a bad [service] horizon: judged at the default
-    horizon = service["horizon"] if service is not None else SERVICE_PARAMS[1].default
+    horizon = (service["horizon"] if service is not None else
+               next(p.default for p in SERVICE_PARAMS if p.name == "horizon"))
     queries_built: list | None = [] if queries else None
     for i, table in enumerate(queries or []):
         try:
