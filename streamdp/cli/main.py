@@ -11,7 +11,8 @@ _COMMAND_MODULES = (
     "streamdp.cli.privacy",  # streamdp privacy convert|cost
     "streamdp.cli.budget",  # streamdp budget show|list|stats|ledger|grant|set-default|export
     "streamdp.cli.demo",  # streamdp demo
-    "streamdp.cli.queries",  # streamdp queries kinds ; streamdp config check
+    "streamdp.cli.queries",  # streamdp queries kinds
+    "streamdp.cli.config_check",  # streamdp config check
     "streamdp.cli.service",  # streamdp run ; streamdp replay
     "streamdp.cli.tail",  # streamdp tail QUERY
 )

@@ -1,9 +1,8 @@
-"""``streamdp queries kinds`` and ``streamdp config check FILE``."""
+"""``streamdp queries kinds`` (``streamdp config check``: :mod:`streamdp.cli.config_check`)."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 
 #: one line per kind for ``streamdp queries kinds`` (a kind not listed shows the start of its own description)
@@ -40,15 +39,6 @@ def register(sub) -> None:
     k.add_argument("--json", action="store_true",
                    help="machine-readable: every kind in full (a list), or KIND's object")
     k.set_defaults(func=_kinds)
-
-    c = sub.add_parser("config", help="configuration files",
-                       description="Validate a service configuration (TOML) before a deployment uses it.")
-    cs = c.add_subparsers(dest="config_cmd", metavar="CMD")
-    cs.required = True
-    chk = cs.add_parser("check", help="validate a TOML configuration")
-    chk.add_argument("file")
-    chk.add_argument("--json", action="store_true")
-    chk.set_defaults(func=_check)
 
 
 def _summary(k) -> str:
@@ -115,30 +105,3 @@ def _print_kind(k) -> None:
         out += textwrap.wrap(f"{p.doc}{extra}", WIDTH, initial_indent="      ", subsequent_indent="      ",
                              break_on_hyphens=False)
     print("\n".join(out))
-
-
-def _check(args) -> int:
-    from streamdp.cli.main import CLIError
-    from streamdp.config.kinds import ConfigError
-    from streamdp.config.loader import ConfigFileError, load_config
-
-    try:
-        cfg = load_config(args.file, log_warnings=False)  # printed below
-    except (ConfigFileError, ConfigError) as e:
-        # a ConfigFileError's message starts with the path already
-        msg = str(e) if isinstance(e, ConfigFileError) else f"{args.file}: {e}"
-        if args.json:  # a machine reader gets its answer on stdout either way
-            print(json.dumps({"ok": False, "error": msg}, indent=1))
-        raise CLIError(msg, code=1) from None
-    qs = cfg.build_queries()
-    if args.json:
-        print(json.dumps({"ok": True, "queries": [q.describe() for q in qs], "warnings": cfg.warnings}, indent=1,
-                         default=float))
-    else:
-        n = len(cfg.warnings)
-        print(f"{args.file}: OK — {len(qs)} quer{'y' if len(qs) == 1 else 'ies'}: "
-              + ", ".join(f"{q.id} ({q.kind})" for q in qs)
-              + (f" — {n} warning{'s' if n != 1 else ''} (stderr)" if n else ""))
-    for w in cfg.warnings:  # valid, so exit status 0; but users would be halted
-        print(f"streamdp: warning: {args.file}: {w}", file=sys.stderr)
-    return 0

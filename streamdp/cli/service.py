@@ -19,6 +19,10 @@ from streamdp.cli.arguments import (LOG_LEVELS, log_level, nonempty, nonneg_seco
                                     positive_seconds)
 
 
+#: ``--unsafe-test-seed`` given without a value: take the configuration's ``service.unsafe_test_seed``
+SEED_FROM_CONFIG = ("from the configuration",)  # not an int (nor a str, which argparse would convert)
+
+
 def register(sub) -> None:
     p = sub.add_parser("run", help="run a worker: consume the input topic, publish private releases",
                        description="Run a streamdp worker against Kafka and a Redis budget store: consume the "
@@ -68,8 +72,10 @@ def register(sub) -> None:
     p.add_argument("--store-wait", type=nonneg_seconds, default=None, metavar="SECONDS",
                    help="an unreachable budget store at start is retried with backoff for this long, a finite "
                         "number ≥ 0 (default: until it answers or SIGTERM)")
-    p.add_argument("--unsafe-test-seed", type=int, default=None,
-                   help="deterministic noise (TEST MODE: the releases are NOT private)")
+    p.add_argument("--unsafe-test-seed", type=int, nargs="?", const=SEED_FROM_CONFIG, default=None, metavar="N",
+                   help="TEST MODE: deterministic noise from seed N — the releases are NOT private (each record "
+                        "says test_mode: true and carries the header streamdp-test-mode: 1). Without N: the "
+                        "configuration's service.unsafe_test_seed, which `run` refuses unless this flag is given")
     p.add_argument("--log-format", choices=("json", "text"), default="json")
     p.add_argument("--log-level", type=log_level, choices=LOG_LEVELS, default="INFO",
                    help="level of the worker's log (default %(default)s)")
@@ -138,6 +144,7 @@ def run_worker(args) -> int:
     from streamdp.cli.main import CLIError
 
     cfg = _load(args)  # first: without the 'kafka' extra, one line that says what to install
+    _test_mode_from_the_command_line(args, cfg)
     if getattr(args, "close_open_windows", None) and args.drain_idle is None:
         raise CLIError("--close-open-windows closes the open windows at the end of a bounded input: it needs "
                        "--drain-idle SECONDS")
@@ -150,10 +157,6 @@ def run_worker(args) -> int:
         cfg.kafka["input_topic"] = args.input_topic
     if args.group is not None:
         cfg.kafka["group_id"] = args.group
-    if args.unsafe_test_seed is not None:
-        if args.unsafe_test_seed < 0:
-            raise CLIError("--unsafe-test-seed must be ≥ 0")
-        cfg.service["unsafe_test_seed"] = args.unsafe_test_seed
     _check_topics(cfg)
     from streamdp.config.kinds import ConfigError
     from streamdp.config.secrets import secret
@@ -204,6 +207,30 @@ def run_worker(args) -> int:
         return _run_refusing_bad_topics(worker)
     finally:
         store.close()
+
+
+def _test_mode_from_the_command_line(args, cfg) -> None:
+    """Test mode (noise from a fixed seed: the releases are NOT private) only when the command line says so: a seed
+    left in a configuration file (copied from a test setup, or never removed) would otherwise publish a production
+    stream's releases with reproducible noise, with nothing on the command line or in the deployment's manifest to
+    show it. ``--unsafe-test-seed N`` sets the seed; ``--unsafe-test-seed`` alone accepts the file's."""
+    from streamdp.cli.main import CLIError
+
+    flag, in_file = args.unsafe_test_seed, cfg.service["unsafe_test_seed"]
+    if flag is None:
+        if in_file is not None:
+            raise CLIError(f"the configuration sets service.unsafe_test_seed = {in_file} (TEST MODE: noise from a fixed "
+                           "seed, the releases would NOT be differentially private); `streamdp run` uses it only "
+                           "when the command line says so too: add --unsafe-test-seed, or remove the setting")
+        return
+    if flag is SEED_FROM_CONFIG:
+        if in_file is None:
+            raise CLIError("--unsafe-test-seed without a value takes the configuration's service.unsafe_test_seed, "
+                           "which is not set: give the seed (--unsafe-test-seed N)")
+        return
+    if flag < 0:
+        raise CLIError("--unsafe-test-seed must be ≥ 0")
+    cfg.service["unsafe_test_seed"] = flag
 
 
 def _serve_metrics(args, cfg):

@@ -15,6 +15,20 @@ class ConfigError(ValueError):
     """Invalid configuration; the message names the offending field."""
 
 
+class ConfigErrors(ConfigError):
+    """Every problem found in one configuration (``errors``: one message each, naming its field). Its text is all
+    of them joined by "; " (one line, the first problem first, for the callers that print one line)."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = list(errors)
+        super().__init__("; ".join(self.errors))
+
+
+def error_list(e: ConfigError) -> list[str]:
+    """The messages of a :class:`ConfigError` (several for :class:`ConfigErrors`)."""
+    return list(e.errors) if isinstance(e, ConfigErrors) else [str(e)]
+
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 #: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic.validate``): 1..249 characters from
@@ -200,42 +214,53 @@ def _load_builtin() -> None:
 
 
 def build_query(where: str, table: dict, *, horizon: int):
-    """Validate one ``[[query]]`` table and construct its query object."""
+    """Validate one ``[[query]]`` table and construct its query object. Every problem of the table's id, kind and
+    parameters is reported (:class:`ConfigErrors`); the kind's own checks and constructor run once those pass."""
     reg = kinds()
-    if "id" not in table:
-        raise ConfigError(f"{where}.id: is required")
-    qid = table["id"]
+    errors: list[str] = []
+    qid = table.get("id")
     # the id names the output topic <output_prefix><id>, the release keys id/epoch/window and the demo's files
-    if not isinstance(qid, str) or not qid or "/" in qid:
-        raise ConfigError(f"{where}.id: must be a non-empty string without '/', got {shown(qid)}")
-    if topic_chars_problem(qid) is not None or len(qid) > MAX_TOPIC_LEN:
-        raise ConfigError(f"{where}.id: must be a non-empty string without '/' of at most {MAX_TOPIC_LEN} ASCII "
-                          f"letters, digits, '.', '_' and '-' (it names the Kafka topic <output_prefix><id>), got "
-                          f"{shown(qid)}")
+    if "id" not in table:
+        errors.append(f"{where}.id: is required")
+    elif not isinstance(qid, str) or not qid or "/" in qid:
+        errors.append(f"{where}.id: must be a non-empty string without '/', got {shown(qid)}")
+    elif topic_chars_problem(qid) is not None or len(qid) > MAX_TOPIC_LEN:
+        errors.append(f"{where}.id: must be a non-empty string without '/' of at most {MAX_TOPIC_LEN} ASCII "
+                      f"letters, digits, '.', '_' and '-' (it names the Kafka topic <output_prefix><id>), got "
+                      f"{shown(qid)}")
     kind = table.get("kind")
     if kind not in reg:
-        raise ConfigError(f"{where}.kind: unknown query kind {kind!r}; known: {sorted(reg)}")
+        errors.append(f"{where}.kind: unknown query kind {kind!r}; known: {sorted(reg)}")
+        raise ConfigErrors(errors)  # the parameters cannot be judged without a kind
     k = reg[kind]
     known = {p.name for p in k.params} | {"id", "kind"}
-    extra = sorted(set(table) - known)
-    if extra:
-        raise ConfigError(f"{where}.{extra[0]}: unknown parameter for kind {kind!r} (known: {sorted(known - {'id', 'kind'})})")
+    for name in sorted(set(table) - known, key=str):
+        errors.append(f"{where}.{name}: unknown parameter for kind {kind!r} "
+                      f"(known: {sorted(known - {'id', 'kind'})})")
     args = {}
     for p in k.params:
         if p.name in table:
-            args[p.name] = p.check(where, table[p.name])
+            try:
+                args[p.name] = p.check(where, table[p.name])
+            except ConfigError as e:
+                errors.append(str(e))
+                continue
             bad = _too_large(args[p.name])
             if bad is not None:  # inside a list or table: the constructors' float() would raise OverflowError
-                raise ConfigError(f"{where}.{p.name}{'' if bad == 'value' else bad}: a number too large for a "
-                                  "float (at most about 1.8e308)")
+                errors.append(f"{where}.{p.name}{'' if bad == 'value' else bad}: a number too large for a "
+                              "float (at most about 1.8e308)")
         elif p.required:
-            raise ConfigError(f"{where}.{p.name}: is required for kind {kind!r}")
+            errors.append(f"{where}.{p.name}: is required for kind {kind!r}")
         else:
             args[p.name] = p.default
+    if errors:
+        raise ConfigErrors(errors)
     if k.unused is not None:
         for name, why in k.unused(args).items():
             if name in table:
-                raise ConfigError(f"{where}.{name}: {why}; this setting would be ignored, remove it")
+                errors.append(f"{where}.{name}: {why}; this setting would be ignored, remove it")
+        if errors:
+            raise ConfigErrors(errors)
     try:
         if k.validate is not None:
             k.validate(where, args)

@@ -4,7 +4,8 @@
 [service]
 window_seconds = 86400        # tumbling window length (event time)
 horizon = 64                  # L: windows per epoch of the continual-count tree
-origin = 1356998400           # required: event time (Unix seconds) where window 1 starts
+origin = 1356998400           # required: event time (Unix seconds, or a TOML date-time with Z or an offset,
+                              # e.g. 2013-01-01T00:00:00Z) where window 1 starts
 allowed_lateness = 0          # seconds
 unsafe_test_seed = 7          # TEST MODE ONLY: deterministic noise (never in production)
 
@@ -29,6 +30,7 @@ sigma = 4.0
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -36,16 +38,48 @@ from typing import Any
 
 from streamdp.accounting.cost import (COMPONENTS, INT64_MAX, LOSS_SCALE, NOTIONS, SCALES, Cost, budget_vector,
                                       check_budget_range)
-from streamdp.config.kinds import ConfigError, Param, build_query, shown, topic_chars_problem, topic_problem
+from streamdp.config.kinds import (ConfigError, ConfigErrors, Param, build_query, error_list, shown,
+                                   topic_chars_problem, topic_problem)
 from streamdp.input.events import MAX_TS
 
 STORE_SCHEMES = ("redis://", "rediss://", "unix://")  # the stores `streamdp run` accepts (cli/service.py)
+
+_UNIX_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class _TimeParam(Param):
+    """An event time: Unix seconds (a number), or a TOML offset date-time (``2013-01-01T00:00:00Z``,
+    ``2013-01-01T00:00:00-05:00``), which names one instant and is converted to Unix seconds (exact to the
+    microsecond, TOML's precision here). A local date-time, date or time (no ``Z`` or offset) names no instant —
+    the same text is another time in every time zone — so it is refused, with the forms that are accepted, rather
+    than read as UTC: windows that silently start hours off are the operator's own time zone's offset wrong."""
+
+    def check(self, where: str, value: Any) -> Any:
+        if isinstance(value, _dt.datetime) and value.tzinfo is not None:
+            value = (value - _UNIX_EPOCH) / _dt.timedelta(seconds=1)
+        elif isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+            what = ("a local date-time" if isinstance(value, _dt.datetime) else
+                    "a local date" if isinstance(value, _dt.date) else "a local time")
+            raise ConfigError(f"{where}.{self.name}: {what} ({value.isoformat()}) names no instant (no time zone); "
+                              f"write Unix seconds or a date-time with Z or an offset, e.g. "
+                              f"{_example_instant(value)}")
+        return super().check(where, value)
+
+
+def _example_instant(value) -> str:
+    if isinstance(value, _dt.datetime):
+        return value.replace(tzinfo=None).isoformat() + "Z (UTC)"
+    if isinstance(value, _dt.date):
+        return f"{value.isoformat()}T00:00:00Z (midnight UTC)"
+    return "2013-01-01T00:00:00Z"
 
 SERVICE_PARAMS = (
     # ≥ 1 ms: window numbers of any accepted event time (< MAX_TS) then fit in int64
     Param("window_seconds", "float", "tumbling window length in seconds of event time", required=True, min=1e-3),
     Param("horizon", "int", "L: windows per epoch of the continual-count tree", default=64, min=1, max=1 << 20),
-    Param("origin", "float", "event time of the start of window 1", required=True, min=0.0, lt=MAX_TS),
+    _TimeParam("origin", "float", "event time of the start of window 1: Unix seconds, or a TOML date-time with Z or "
+               "an offset (2013-01-01T00:00:00Z)", required=True, min=0.0, lt=MAX_TS),
     # ≤ the whole accepted time range: past it no window ever closes, and past ~10¹³ s the float sum end + lateness
     # is too coarse for 1 ms windows
     Param("allowed_lateness", "float", "seconds the watermark trails the max event time", default=0.0, min=0,
@@ -189,67 +223,110 @@ _WHY_REQUIRED = {
 }
 
 
-def _section(raw: dict, name: str, params: tuple[Param, ...]) -> dict:
+def _section(raw: dict, name: str, params: tuple[Param, ...], errors: list[str]) -> dict | None:
+    """The section's validated settings (defaults filled in), or None when it has a problem; every problem is
+    appended to ``errors``."""
     sec = raw.get(name, {})
     if not isinstance(sec, dict):
-        raise ConfigError(f"{name}: must be a table")
+        errors.append(f"{name}: must be a table")
+        return None
     known = {p.name for p in params}
-    extra = sorted(set(sec) - known)
-    if extra:
-        raise ConfigError(f"{name}.{extra[0]}: unknown setting (known: {sorted(known)})")
+    before = len(errors)
+    for extra in sorted(set(sec) - known, key=str):
+        errors.append(f"{name}.{extra}: unknown setting (known: {sorted(known)})")
     out = {}
     for p in params:
         if p.name in sec:
-            out[p.name] = p.check(name, sec[p.name])
+            try:
+                out[p.name] = p.check(name, sec[p.name])
+            except ConfigError as e:
+                errors.append(str(e))
         elif p.required:
-            raise ConfigError(f"{name}.{p.name}: is required{_WHY_REQUIRED.get((name, p.name), '')}")
+            errors.append(f"{name}.{p.name}: is required{_WHY_REQUIRED.get((name, p.name), '')}")
         else:
             out[p.name] = p.default
-    return out
+    return out if len(errors) == before else None
 
 
 def parse_config(raw: dict, *, log_warnings: bool = True) -> ServiceConfig:
-    """Validate a parsed TOML document. ``cfg.warnings`` lists what is valid but halts users (see
-    :func:`budget_warnings`); they are logged on ``streamdp.config`` unless ``log_warnings`` is False (for callers
-    that print or log them themselves)."""
+    """Validate a parsed TOML document. Every problem found is reported at once (:class:`ConfigErrors`, one
+    message per problem, each naming its field): the sections and every query table are all checked; the checks
+    that need valid parts (topics, the budget's worst cases) run on the parts that are. ``cfg.warnings`` lists what
+    is valid but halts users (see :func:`budget_warnings`); they are logged on ``streamdp.config`` unless
+    ``log_warnings`` is False (for callers that print or log them themselves)."""
+    errors: list[str] = []
     known = {"service", "budget", "kafka", "query", "store"}
-    extra = sorted(set(raw) - known)
-    if extra:
-        raise ConfigError(f"{extra[0]}: unknown section (known: {sorted(known)})")
-    service = _section(raw, "service", SERVICE_PARAMS)
-    budget = _section(raw, "budget", BUDGET_PARAMS)
-    _gp_budget(raw.get("budget", {}), budget)
-    kafka = _section(raw, "kafka", KAFKA_PARAMS)
-    if not kafka["metrics_host"].strip():
-        raise ConfigError("kafka.metrics_host: must not be empty (the address the metrics endpoint binds: "
-                          "127.0.0.1, the default, or 0.0.0.0 for every interface)")
+    for extra in sorted(set(raw) - known, key=str):
+        errors.append(f"{extra}: unknown section (known: {sorted(known)})")
+    service = _section(raw, "service", SERVICE_PARAMS, errors)
+    budget = _section(raw, "budget", BUDGET_PARAMS, errors)
+    if budget is not None:
+        try:
+            _gp_budget(raw.get("budget", {}), budget)
+        except ConfigError as e:
+            errors.append(str(e))
+            budget = None
+    kafka = _section(raw, "kafka", KAFKA_PARAMS, errors)
+    if kafka is not None and not kafka["metrics_host"].strip():
+        errors.append("kafka.metrics_host: must not be empty (the address the metrics endpoint binds: "
+                      "127.0.0.1, the default, or 0.0.0.0 for every interface)")
+        kafka = None
     queries = raw.get("query", [])
+    ids: list = []
     if not isinstance(queries, list) or not all(isinstance(q, dict) for q in queries):
-        raise ConfigError("query: must be an array of tables ([[query]])")
-    if not queries:
-        raise ConfigError("query: at least one [[query]] is required")
-    ids = [q.get("id") for q in queries]
-    for i, q in enumerate(ids):
-        if q is not None and ids.index(q) != i:
-            raise ConfigError(f"query[{i}].id: duplicate id {q!r}")
+        errors.append("query: must be an array of tables ([[query]])")
+        queries = None
+    elif not queries:
+        errors.append("query: at least one [[query]] is required")
+    else:
+        ids = [q.get("id") for q in queries]
+        for i, q in enumerate(ids):
+            if q is not None and ids.index(q) != i:
+                errors.append(f"query[{i}].id: duplicate id {q!r}")
     store = raw.get("store")
     if store is not None and not isinstance(store, str):
-        raise ConfigError("store: must be a URL string")
-    if store is not None and not store.startswith(STORE_SCHEMES):  # `streamdp run` refuses it at start: say so now
-        raise ConfigError(f"store: must be a Redis URL ({', '.join(s + '…' for s in STORE_SCHEMES)}), got "
-                          f"{shown(store)}: it is the service's budget store (the demo keeps budgets in memory "
-                          "unless given --store)")
+        errors.append("store: must be a URL string")
+    elif store is not None and not store.startswith(STORE_SCHEMES):  # `streamdp run` refuses it at start
+        errors.append(f"store: must be a Redis URL ({', '.join(s + '…' for s in STORE_SCHEMES)}), got "
+                      f"{shown(store)}: it is the service's budget store (the demo keeps budgets in memory "
+                      "unless given --store)")
+    # every query table is validated (and constructed once); a bad [service] horizon: judged at the default
+    horizon = (service["horizon"] if service is not None else
+               next(p.default for p in SERVICE_PARAMS if p.name == "horizon"))
+    queries_built: list | None = [] if queries else None
+    for i, table in enumerate(queries or []):
+        try:
+            q = build_query(f"query[{i}]", table, horizon=horizon)
+        except ConfigError as e:
+            errors.extend(error_list(e))
+            queries_built = None
+        else:
+            if queries_built is not None:
+                queries_built.append(q)
+    duplicate = len(set(map(str, ids))) < len(ids)
+    if kafka is not None and queries_built and not duplicate:  # a bad or repeated id is reported once, above
+        try:
+            check_topics(kafka, ids)
+        except ConfigError as e:
+            errors.extend(error_list(e))
+    if kafka is not None:
+        from streamdp.adapters.kafka.broker_config import check_security
+
+        try:
+            check_security(kafka)  # `streamdp run` would refuse these at start; `config check` says so now
+        except ValueError as e:
+            errors.append(str(e))
+    warnings: list[str] = []
+    if budget is not None and queries_built:
+        try:
+            warnings = budget_warnings(Cost(**budget), queries_built)
+        except ConfigError as e:
+            errors.extend(error_list(e))
+    if errors:
+        raise ConfigErrors(errors)
     cfg = ServiceConfig(service=service, budget=Cost(**budget), kafka=kafka, query_tables=queries, store=store,
                         raw=raw)
-    queries_built = cfg.build_queries()  # validates every query table (and constructs them once)
-    check_topics(kafka, ids)
-    from streamdp.adapters.kafka.broker_config import check_security
-
-    try:
-        check_security(kafka)  # `streamdp run` would refuse these at start; `config check` says so now
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    cfg.warnings = budget_warnings(cfg.budget, queries_built)
+    cfg.warnings = warnings
     if log_warnings:
         import logging
 
@@ -338,13 +415,16 @@ def check_topics(kafka: dict, query_ids: list) -> None:
     overrides (``streamdp run --input-topic``)."""
     from streamdp.adapters.kafka.topics import forward_topic, output_topic
 
+    errors: list[str] = []
     for key in ("bootstrap", "input_topic", "dead_letter_topic", "group_id"):
         if not kafka[key]:
-            raise ConfigError(f"kafka.{key}: must not be empty")
+            errors.append(f"kafka.{key}: must not be empty")
     for key in ("output_prefix", "internal_prefix"):  # empty is allowed: the topic is then the id / "parsed"
         problem = topic_chars_problem(kafka.get(key, ""))
         if problem is not None:
-            raise ConfigError(f"kafka.{key}: {problem}")
+            errors.append(f"kafka.{key}: {problem}")
+    if errors:  # the topic names below are built from these
+        raise ConfigErrors(errors)
     named = [("kafka.input_topic", kafka["input_topic"]), ("kafka.dead_letter_topic", kafka["dead_letter_topic"]),
              ("kafka.internal_prefix", forward_topic(kafka))]
     named += [(f"query[{i}].id (output topic)", output_topic(kafka, q))
@@ -353,15 +433,18 @@ def check_topics(kafka: dict, query_ids: list) -> None:
     for where, topic in named:
         problem = topic_problem(topic)
         if problem is not None:
-            raise ConfigError(f"{where}: {problem}")
+            errors.append(f"{where}: {problem}")
+            continue
         norm = topic.replace(".", "_")
         if norm in seen:
             other_where, other = seen[norm]
             same = "" if other == topic else (f" (Kafka treats '.' and '_' in topic names as colliding: "
                                               f"{other!r} and {topic!r})")
-            raise ConfigError(f"{where}: topic {topic!r} is also {other_where}'s{same}; every topic must be "
-                              "distinct")
+            errors.append(f"{where}: topic {topic!r} is also {other_where}'s{same}; every topic must be distinct")
+            continue
         seen[norm] = (where, topic)
+    if errors:
+        raise ConfigErrors(errors)
 
 
 class ConfigFileError(ConfigError):

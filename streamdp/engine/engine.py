@@ -436,7 +436,7 @@ class ReleaseEngine:
                 charged.append((users, costs))
             elif users.size:
                 _add_rows(actual_total, all_users, users, costs, subset=rel.actual is None)
-            rec = ReleaseRecord.build(q, w, rel, costs)
+            rec = ReleaseRecord.build(q, w, rel, costs, test_mode=self.config.unsafe_test_seed is not None)
             body = rec.to_bytes()
             self._logged_here.add(rec.key)  # first: a write whose reply is lost may still have logged it
             stored = self.store.put_release(rec.key, body)

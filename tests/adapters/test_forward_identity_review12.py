@@ -122,7 +122,7 @@ class _Producer:
     def __init__(self) -> None:
         self.sent: list = []
 
-    async def send(self, topic, value=None, key=None, partition=None):
+    async def send(self, topic, value=None, key=None, partition=None, headers=None):
         import asyncio
 
         self.sent.append((topic, key, value))

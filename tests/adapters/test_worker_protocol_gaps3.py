@@ -84,7 +84,7 @@ class Producer:
         self.trace, self.on_send, self.sent, self.fail = trace, on_send, [], False
         self.partitions: list = []
 
-    async def send(self, topic, value=None, key=None, partition=None):
+    async def send(self, topic, value=None, key=None, partition=None, headers=None):
         from aiokafka.errors import KafkaConnectionError
 
         if self.fail:

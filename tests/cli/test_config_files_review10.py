@@ -79,7 +79,8 @@ def test_the_reviewers_directory_case_without_a_traceback(tmp_path):
 def test_a_field_error_still_names_the_file_once(tmp_path, capsys):
     """Control: errors inside a readable file keep the ``FILE: field: …`` form."""
     p = tmp_path / "f.toml"
-    p.write_text('[service]\nwindow_seconds = 0\n[[query]]\nid = "q"\nkind = "continual_counts"\nsigma = 1.0\n')
+    p.write_text('[service]\nwindow_seconds = 0\norigin = 0\n[[query]]\nid = "q"\nkind = "continual_counts"\n'
+                 'sigma = 1.0\n')
     assert main(["config", "check", str(p)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"streamdp: error: {p}: service.window_seconds: must be ≥") and err.count(str(p)) == 1

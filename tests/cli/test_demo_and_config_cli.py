@@ -15,7 +15,7 @@ def test_demo_on_real_data_writes_jsonl_summary_and_plot(tmp_path, capsys):
     assert (out / "plot.png").stat().st_size > 10_000
     lines = (out / "releases" / "dest_counts.jsonl").read_text().splitlines()
     recs = [json.loads(x) for x in lines]
-    assert recs and recs[0]["schema_version"] == 1 and recs[0]["query"] == "dest_counts"
+    assert recs and recs[0]["schema_version"] == 2 and recs[0]["query"] == "dest_counts"
     assert all(isinstance(v, int) for r in recs for v in r["values"]["counts"].values())
     assert (out / "releases" / "top_dest.jsonl").exists()
     summary = json.loads((out / "summary.json").read_text())

@@ -64,7 +64,7 @@ def test_an_int64_parameter_at_the_bound_is_still_checked_by_its_kind():
 
 def test_config_check_reports_the_reviewers_file_in_one_line(tmp_path):
     p = tmp_path / "bigint.toml"
-    p.write_text("[service]\nwindow_seconds = 1" + "0" * 400
+    p.write_text("[service]\norigin = 0\nwindow_seconds = 1" + "0" * 400
                  + '\n[[query]]\nid = "c"\nkind = "continual_counts"\nsigma = 3.0\n')
     r = subprocess.run([sys.executable, "-m", "streamdp", "config", "check", str(p)], capture_output=True, text=True,
                        timeout=60)

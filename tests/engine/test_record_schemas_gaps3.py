@@ -10,10 +10,11 @@ import pytest
 
 from streamdp.adapters.kafka.schemas import release_validator, validator
 
-COUNTS = {"schema_version": 1, "key": "q/1/2", "query": "q", "kind": "continual_counts", "epoch": 1,
+COUNTS = {"schema_version": 2, "key": "q/1/2", "query": "q", "kind": "continual_counts", "epoch": 1,
           "window": {"t": 2, "seq": 10, "start": 720.0, "end": 810.0}, "closed_by": "watermark",
           "values": {"counts": {"a": 12, "b": -1}, "new_items": ["b"], "threshold": 9.5},
-          "cost": {"basis": "per user, this window", "zcdp": {"rho": 0.5, "delta": 1e-6}}, "meta": {"selected": 2}}
+          "cost": {"basis": "per user, this window", "zcdp": {"rho": 0.5, "delta": 1e-6}},
+          "meta": {"selected": 2, "new_selected": 1}, "test_mode": False}
 
 DEAD = {"schema_version": 1, "reason": "malformed_json", "detail": "eof", "payload": '{"user": 1',
         "payload_encoding": "utf-8", "truncated": False, "topic": "in", "partition": 2, "offset": 17}

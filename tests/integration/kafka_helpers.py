@@ -32,7 +32,15 @@ def worker_env() -> dict:
 
 
 def start_worker(args: list[str], env_extra: dict | None = None, log_path: str | None = None) -> subprocess.Popen:
-    """``python -m streamdp.cli.main run …`` as a subprocess (stderr to ``log_path``)."""
+    """``python -m streamdp.cli.main run …`` as a subprocess (stderr to ``log_path``). A configuration in test mode
+    (``unsafe_test_seed``, as :func:`service_config` writes) is accepted with a bare ``--unsafe-test-seed``, which
+    ``run`` requires for a seed from the file."""
+    if "--unsafe-test-seed" not in args and "--config" in args:
+        import tomllib
+
+        with open(args[args.index("--config") + 1], "rb") as f:
+            if tomllib.load(f).get("service", {}).get("unsafe_test_seed") is not None:
+                args = [*args, "--unsafe-test-seed"]
     env = worker_env()
     env.update(env_extra or {})
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
@@ -114,9 +122,11 @@ def produce(bootstrap: str, topic: str, events: list[bytes], partitions: int) ->
     return asyncio.run(replay(events, topic, client_kwargs({"bootstrap": bootstrap}), partitions=partitions))
 
 
-def read_topic(bootstrap: str, topic: str, min_count: int = 0, idle: float = 0.6, timeout: float = 60.0) -> list:
+def read_topic(bootstrap: str, topic: str, min_count: int = 0, idle: float = 0.6, timeout: float = 60.0,
+               headers: bool = False) -> list:
     """Every record of ``topic`` from the beginning (partitions assigned by hand, no group): returns a list of
-    (partition, offset, key, value); stops after ``idle`` s without news once ``min_count`` records arrived."""
+    (partition, offset, key, value) — with ``headers``, (partition, offset, key, value, headers); stops after
+    ``idle`` s without news once ``min_count`` records arrived."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def go():
@@ -139,7 +149,8 @@ def read_topic(bootstrap: str, topic: str, min_count: int = 0, idle: float = 0.6
                 n = 0
                 for tp, msgs in res.items():
                     for m in msgs:
-                        out.append((tp.partition, m.offset, m.key, m.value))
+                        out.append((tp.partition, m.offset, m.key, m.value)
+                                   + ((tuple(m.headers or ()),) if headers else ()))
                         n += 1
                 if n:
                     last = time.time()

@@ -71,6 +71,7 @@ from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPE
                                             stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseConflict, ReleaseEngine, WindowSummary
+from streamdp.outputs.records import TEST_MODE_HEADERS
 from streamdp.engine.release_parameters import (ParametersChanged, canonical, check_unchanged, release_parameters,
                                                removed_queries)
 from streamdp.filter.store import StoreError
@@ -1126,15 +1127,17 @@ class KafkaWorker:
     async def _publish(self, records: list[PendingRecord]) -> None:
         if not records:
             return
+        # test mode is marked on the record (test_mode: true) and, for readers that look at headers only, here
+        headers = TEST_MODE_HEADERS if self.test_mode else None
         if "mid_publish" in self.faults.points:  # test-only: a fault with exactly the first record published
             first = await self.producer.send(records[0].topic, value=records[0].value, key=records[0].key.encode(),
-                                             partition=OUTPUT_PARTITION)
+                                             partition=OUTPUT_PARTITION, headers=headers)
             await first
             self.faults.hit("mid_publish")
             records = records[1:]
         # every record of a query on partition 0 of its topic, in window order (the producer keeps the order of
         # sends to one partition: one request in flight per connection — see docs/subscribers.md)
-        futs = [await self.producer.send(r.topic, value=r.value, key=r.key.encode(), partition=OUTPUT_PARTITION)
+        futs = [await self.producer.send(r.topic, value=r.value, key=r.key.encode(), partition=OUTPUT_PARTITION, headers=headers)
                 for r in records]
         if futs:
             await asyncio.gather(*futs)

@@ -43,6 +43,7 @@ from streamdp.mechanisms.adaptive.pie import (
     split_rounds,
 )
 from streamdp.mechanisms.adaptive.threshold import threshold_cost
+from streamdp.outputs.records import public_float
 
 __all__ = ["KDEPoint", "KNNPoint", "ThresholdCount"]
 
@@ -92,7 +93,7 @@ class KDEPoint(_PointQueries):
         return {"point": list(self.points[l - 1]), "bandwidth": self.bandwidths[l - 1], "units": self.coords.units}
 
     def _empty(self, l: int) -> dict:
-        return {"estimate": None, "estimator": self.estimator.upper(), "rounds": 0}
+        return {"estimate": None, "estimator": self.estimator.upper(), "rounds": 0, "s0": None, "survivors": None}
 
     def _run(self, rng, l, xy, rho):
         p, b = self._p[l - 1], self.bandwidths[l - 1]
@@ -173,7 +174,7 @@ class KNNPoint(_PointQueries):
         # per selected user, the std of the Gaussian behind its estimate: 1/√(2ρ̄_i) (per coordinate for pm0/bm0)
         noise_std = 1.0 / np.sqrt(2.0 * executed[chosen])
         values = {"k": self.k, "distances": [float(d) for d in score[order]],
-                  "noise_std": [float(x) for x in noise_std], "estimator": method, "rounds": int(rounds)}
+                  "noise_std": [public_float(x) for x in noise_std], "estimator": method, "rounds": int(rounds)}
         return values, executed, eliminated
 
     def describe(self) -> dict:
@@ -261,8 +262,11 @@ class ThresholdCount(WindowQuery):
                 items: Names) -> QueryRelease:
         no_cost = np.zeros((0, N_COMPONENTS), dtype=np.int64)
         l = self._index.get(w.seq)
-        if l is None:
-            return QueryRelease(values={"query_index": None}, users=np.zeros(0, np.int64), actual=no_cost)
+        if l is None:  # the answered shape, null but m (a stable record shape)
+            values = {**dict.fromkeys(("query_index", "threshold", "item", "below_threshold", "eliminated", "rounds",
+                                       "privacy_savings")), "m": self.m}
+            return QueryRelease(values=values, users=np.zeros(0, np.int64), actual=no_cost,
+                                meta={"query_index": None, "rounds": None})
         users = res.users[admitted[res.users]] if res.users.size else res.users
         count = int(self._counted(w, users, self.items_[l - 1], items).size)
         T = self.thresholds[l - 1]
@@ -276,7 +280,7 @@ class ThresholdCount(WindowQuery):
         actual[:, _ZRHO] = threshold_cost(executed).to_fixed()[_ZRHO]  # ≤ the reserved ρ (split_rounds)
         values = {"query_index": l, "m": self.m, "threshold": T, "item": self.items_[l - 1],
                   "below_threshold": answer, "eliminated": eliminated, "rounds": int(out.rounds),
-                  "privacy_savings": (self.rho - executed) / self.rho}
+                  "privacy_savings": public_float((self.rho - executed) / self.rho)}
         return QueryRelease(values=values, users=users, actual=actual,
                             meta={"query_index": l, "rounds": int(out.rounds)})
 

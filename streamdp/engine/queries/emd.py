@@ -245,9 +245,10 @@ class EMDLinear(WindowQuery):
             u, r = u[sel], r[sel]
             uu, inv = np.unique(u, return_inverse=True)
         n = int(uu.size)
-        if n == 0:
-            return QueryRelease(values={"mean": None, "users": 0}, users=uu,
-                                actual=np.zeros((0, N_COMPONENTS), dtype=np.int64))
+        if n == 0:  # the released shape with nulls: nothing was computed (a stable record shape)
+            mean0 = [None] * self.dim if self.dimensions is None else dict.fromkeys(self.dimensions)
+            return QueryRelease(values={"mean": mean0, "users": 0, "noise_scale": None}, users=uu,
+                                actual=np.zeros((0, N_COMPONENTS), dtype=np.int64), meta={"users": 0})
         cnt = np.bincount(inv, minlength=n).astype(np.float64)
         means = np.column_stack([np.bincount(inv, weights=self.f[r, j], minlength=n) for j in range(self.dim)])
         means /= cnt[:, None]
@@ -388,9 +389,11 @@ class EMDFrequency(WindowQuery):
             exact, m = exact[ok], m[ok]
             uu, inv = np.unique(u, return_inverse=True)
         n = int(uu.size)
-        if n == 0:
-            return QueryRelease(values={"frequencies": None, "users": 0}, users=uu,
-                                actual=np.zeros((0, N_COMPONENTS), dtype=np.int64))
+        if n == 0:  # the released shape with nulls (a stable record shape)
+            values = {"frequencies": dict.fromkeys(self.items.names), "clusters": dict.fromkeys(self.cluster_names),
+                      "users": 0}
+            return QueryRelease(values=values, users=uu, actual=np.zeros((0, N_COMPONENTS), dtype=np.int64),
+                                meta={"users": 0})
         y = self.krr.randomize(rng, r)  # every item independently, α0-d_X-DP (clustered k-RR)
         weights = 1.0 / (n * m[inv])  # user-weighted: each user's reports sum to 1/n
         v = np.bincount(y, weights=weights, minlength=self.krr.k)

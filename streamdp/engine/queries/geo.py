@@ -315,13 +315,15 @@ class _GeoQuery(WindowQuery):
             users, xy = res.users, np.zeros((0, 2))
         if users.size == 0:
             return QueryRelease(values=self._empty_values(), users=users,
-                                actual=np.zeros((0, self._cost_fixed.size), dtype=np.int64))
+                                actual=np.zeros((0, self._cost_fixed.size), dtype=np.int64), meta={"users": 0})
         values = self._release(rng, xy)
         return QueryRelease(values=values, users=users, actual=np.tile(self._cost_fixed, (users.size, 1)),
                             meta={"users": int(users.size)})
 
     def _empty_values(self) -> dict:
-        return {"users": 0}
+        """The values of a window without located users: the released shape, null where nothing was computed
+        (a stable record shape)."""
+        raise NotImplementedError
 
     def _release(self, rng: np.random.Generator, xy: np.ndarray) -> dict:
         raise NotImplementedError
@@ -393,7 +395,8 @@ class GeoLocations(_GeoQuery):
                 "distance_unit": self.frame.distance_unit}
 
     def _empty_values(self) -> dict:
-        return {"points": [], "users": 0}
+        return {"points": [], "users": 0, "noise": {"sigma" if self.mechanism == "cgp" else "epsilon_per_point": None},
+                "distance_unit": self.frame.distance_unit}
 
     def describe(self) -> dict:
         return {**super().describe(), "mechanism": self.mechanism, "neighbourhood": self.neighbourhood,
@@ -454,7 +457,8 @@ class GeoKNN(_GeoQuery):
                 "distance_unit": self.frame.distance_unit}
 
     def _empty_values(self) -> dict:
-        return {"neighbours": [], "k": 0, "users": 0}
+        return {"neighbours": [{"point": p, "mean_location": None, "mean_distance": None} for p in self.points],
+                "k": 0, "users": 0, "noise": {"sigma": None}, "distance_unit": self.frame.distance_unit}
 
     def describe(self) -> dict:
         return {**super().describe(), "k": self.k, "rho": self.rho, "points": self.points,
@@ -501,7 +505,8 @@ class GeoConvexHull(_GeoQuery):
                 "distance_unit": self.frame.distance_unit}
 
     def _empty_values(self) -> dict:
-        return {"hull": [], "users": 0}
+        return {"hull": [], "users": 0, "k": None, "circle": {"center": None, "radius": None},
+                "distance_unit": self.frame.distance_unit}
 
     def describe(self) -> dict:
         return {**super().describe(), "rho": self.rho, "beta": self.beta, "anchor_share": self.anchor_share,

@@ -52,8 +52,9 @@ to the region's rectangle, a map that never lengthens a distance, and c is taken
 **Window location** of a user: from their events with a usable ``loc``, ``location = last | first | mean`` (by
 event time, ties by arrival order; mean in planar coordinates). Users without one pay nothing and keep B_i.
 
-Windows not bound to a query publish ``{"query_index": null}`` and charge nobody (the engine publishes one record
-per query per window).
+Windows not bound to a query publish the answered shape with ``query_index`` and every other field null but ``m``,
+and charge nobody (the engine publishes one record per query per window; a record's fields do not depend on the
+window: a stable shape).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, 
 from streamdp.mechanisms.adaptive.pie import MAX_ROUNDS, privacy_savings
 from streamdp.mechanisms.adaptive.range_count import Rectangle, range_count_baseline, range_count_pie
 from streamdp.mechanisms.adaptive.sequential import reservation_to_rho, savings_allocation_fixed
+from streamdp.outputs.records import public_float
 
 __all__ = [
     "CANONICAL_CGP_UNIT",
@@ -449,7 +451,8 @@ class SequentialAdaptiveQuery(WindowQuery):
         no_cost = np.zeros((0, N_COMPONENTS), dtype=np.int64)
         l = self.query_index(w.seq)
         if l is None:
-            return QueryRelease(values={"query_index": None}, users=np.zeros(0, np.int64), actual=no_cost)
+            return QueryRelease(values=self._idle(), users=np.zeros(0, np.int64), actual=no_cost,
+                                meta=dict.fromkeys(("query_index", "users", "eliminated_early", "privacy_savings")))
         if res.users.size:
             xy, r = res.private
             keep = admitted[res.users]
@@ -460,7 +463,8 @@ class SequentialAdaptiveQuery(WindowQuery):
         if users.size == 0:
             return QueryRelease(values={**head, **self._empty(l), "users": 0, "eliminated_early": 0,
                                         "privacy_savings": 0.0},
-                                users=users, actual=no_cost, meta={"query_index": l, "users": 0})
+                                users=users, actual=no_cost,
+                                meta={"query_index": l, "users": 0, "eliminated_early": 0, "privacy_savings": 0.0})
         rho = reservation_to_rho(r)  # one ulp below r_i: the executed cost rounds up to ≤ r_i
         values, executed, eliminated = self._run(rng, l, xy, rho)
         e_fixed = fixed_up(executed)  # pie_cost(executed_i): the executed rounds only (Liang–Yi (adaptive budgeting) Alg. 1, R = 0 after)
@@ -470,7 +474,8 @@ class SequentialAdaptiveQuery(WindowQuery):
         # min(⌈executed_i/c²⌉, P − C_i) ≤ the reservation (monotone, same cap); C_i stays ≥ the real cost so far
         actual[:, _CGP] = self.ledger_cost(users, e_fixed)
         self._charge(users, e_fixed, actual[:, _CGP])
-        sav = privacy_savings(rho, executed)  # PrivSav = (1/n) Σ_i (r_i − executed_i)/r_i (Liang–Yi (adaptive budgeting) §7.1)
+        # PrivSav = (1/n) Σ_i (r_i − executed_i)/r_i (Liang–Yi (adaptive budgeting) §7.1), shown at the precision it carries (public_float)
+        sav = public_float(privacy_savings(rho, executed))
         values = {**head, **values, "users": int(users.size), "eliminated_early": int(eliminated),
                   "privacy_savings": sav}
         return QueryRelease(values=values, users=users, actual=actual,
@@ -481,7 +486,19 @@ class SequentialAdaptiveQuery(WindowQuery):
         return {}
 
     def _empty(self, l: int) -> dict:
+        """The values of a registered window without located users: every field of :meth:`_run`'s values (null
+        where nothing was computed)."""
         raise NotImplementedError
+
+    def _idle(self) -> dict:
+        """The values of a window without a registered query: the answered shape (tables such as ``rect`` keep
+        their keys), null but ``m``."""
+        def null_like(v):
+            return {k: null_like(x) for k, x in v.items()} if isinstance(v, dict) else None
+
+        shape = {"query_index": None, **self._query_values(1), **self._empty(1), "users": None,
+                 "eliminated_early": None, "privacy_savings": None}
+        return {**null_like(shape), "m": self.m}
 
     def _run(self, rng: np.random.Generator, l: int, xy: np.ndarray,
              rho: np.ndarray) -> tuple[dict, np.ndarray, int]:
@@ -575,7 +592,7 @@ class RangeCounts(SequentialAdaptiveQuery):
         return {"rect": self.rect_values[l - 1]}
 
     def _empty(self, l: int) -> dict:
-        return {"estimate": 0, "estimator": self.estimator.upper(), "rounds": 0}
+        return {"estimate": 0, "estimator": self.estimator.upper(), "rounds": 0, "s1": None, "survivors": None}
 
     def _run(self, rng, l, xy, rho):
         rect = self.rects[l - 1]
