@@ -23,6 +23,9 @@ def open_store(url: str | None, default_budget=None, *, lock: bool = False) -> B
         return RedisBudgetStore.from_url(url, default_budget=default_budget)
     if "://" in url:
         raise ValueError(f"unsupported store URL scheme: {url!r} (use redis://, rediss://, memory:// or a file path)")
+    from streamdp.filter.memory import check_store_file
+
+    check_store_file(url)  # a device or FIFO is refused before anything (its lock file) is created
     held = StoreFileLock(url).acquire() if lock else None
     try:
         st = MemoryBudgetStore.load(url) if os.path.exists(url) else MemoryBudgetStore(default_budget, path=url)

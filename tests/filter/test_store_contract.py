@@ -15,6 +15,7 @@ import pytest
 from streamdp.accounting.cost import (COMPONENTS, INT64_MAX, LOSS_SCALE, N_COMPONENTS, Cost, budget_to_fixed,
                                      budget_vector)
 from streamdp.filter.memory import MemoryBudgetStore
+from streamdp.filter.store import DefaultBudgetMissing
 from streamdp.noise.generator import unsafe_seeded_generator
 
 Z = [0] * N_COMPONENTS
@@ -165,8 +166,18 @@ def test_grant_overrides_default(make_store):
 
 
 def test_default_budget_zero_when_unset(make_store):
+    """The embedded store's default is 0 until set: every positive cost is refused. A Redis store that holds no
+    default refuses to decide (DefaultBudgetMissing) and writes nothing — never a halt (tests/filter/
+    test_exactly_once.py has the lost default)."""
     st = make_store()
     assert st.default_budget().tolist() == Z
+    if make_store.kind == "memory":
+        assert st.admit("q", 1, ["a"], vec(cgp_rho=1)).tolist() == [False]
+        return
+    with pytest.raises(DefaultBudgetMissing):
+        st.admit("q", 1, ["a"], vec(cgp_rho=1))
+    assert st.get_user("a") is None
+    st.set_default_budget(Z)
     assert st.admit("q", 1, ["a"], vec(cgp_rho=1)).tolist() == [False]
 
 

@@ -32,8 +32,16 @@ fresh CSPRNG at every checkpoint and stores that key in the checkpoint: the key 
 the next checkpoint, and it is as sensitive as the tree-node noise that the engine snapshot holds anyway (Redis is
 inside the trust boundary of the service).
 
-Fencing: :meth:`RedisCheckpoint.claim` sets a new owner token; a checkpoint or ack by anyone else fails with
-:class:`Fenced`, so a worker that lost its partitions without noticing cannot overwrite its successor's state.
+Fencing: :meth:`RedisCheckpoint.claim` sets a new owner token and a new epoch of the checkpoint's fence (the hash's
+field ``fence``; on a Redis Cluster also copied into every hash slot, :meth:`RedisBudgetStore.spread_fence`); a
+checkpoint or ack by anyone else fails with :class:`Fenced`, and so do the admits and settles of the worker's
+engine, which go through :class:`DeferredReleaseLog` under that fence: a worker that lost its partitions without
+noticing — stalled, or cut off — can neither overwrite its successor's state nor charge anyone any more. A
+checkpoint hash (or fence) that is gone altogether raises :class:`StoreLost`: the store lost its state (flushed,
+restarted without persistence), which is not another owner.
+
+On a Redis Cluster every key of the checkpoint — the hash, its append logs, the release log and the ledger — carries
+the store's hash tag (``{<ns>}:…``), so the checkpoint script stays in one hash slot.
 """
 
 from __future__ import annotations
@@ -50,7 +58,10 @@ from streamdp.engine import state_codec
 from streamdp.engine.append_log import join_logs, split_logs
 from streamdp.engine.engine import ReleaseConflict
 from streamdp.filter.memory import ledger_entry_json
-from streamdp.filter.store import BudgetStore, StoreError, UserBudget
+from streamdp.filter.store import BudgetStore, Fence, Fenced, StoreError, StoreLost, UserBudget
+
+__all__ = ["CHECKPOINT_FORMAT", "Checkpoint", "CheckpointConflict", "DeferredReleaseLog", "Fenced", "PendingRecord",
+           "RedisCheckpoint", "StoreLost"]
 
 CHECKPOINT_FORMAT = 2  # 2: append logs in their own keys (format 1, one state blob, still loads)
 
@@ -59,10 +70,31 @@ CHECKPOINT_FORMAT = 2  # 2: append logs in their own keys (format 1, one state b
 #       7 nr release records, 8 logs manifest json ({name: {"key", "len"}}), then the nl ledger entries, then the nr
 #       release records, then per append log: mode ('A' append / 'S' set), the length it must have before an
 #       append, the bytes to append or set
-CHECKPOINT_LUA = """
+# Every check (owner, key types, release-log conflicts, append-log lengths, the old manifest) comes before the first
+# write: an error leaves nothing half-written.
+_OWNER_LUA = """
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'none' then
+  return redis.error_reply('LOST checkpoint ' .. KEYS[1] .. ' is gone: the store lost its state')
+end
+if t ~= 'hash' then return redis.error_reply('WRONGTYPE checkpoint ' .. KEYS[1] .. ' is not a hash') end
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner ~= ARGV[1] then
   return redis.error_reply('FENCED checkpoint is owned by ' .. tostring(owner))
+end
+"""
+
+CHECKPOINT_LUA = _OWNER_LUA + """
+local lt = redis.call('TYPE', KEYS[2])['ok']
+if lt ~= 'none' and lt ~= 'stream' then return redis.error_reply('WRONGTYPE ledger ' .. KEYS[2] .. ' is not a stream') end
+local ver = redis.call('HGET', KEYS[1], 'version')
+if ver and not string.find(ver, '^%d+$') then return redis.error_reply('CORRUPT checkpoint version ' .. ver) end
+local old = redis.call('HGET', KEYS[1], 'logs')
+local oldlogs = {}
+if old then
+  local ok, dec = pcall(cjson.decode, old)
+  if not ok or type(dec) ~= 'table' then return redis.error_reply('CORRUPT checkpoint manifest of ' .. KEYS[1]) end
+  oldlogs = dec
 end
 local nl = tonumber(ARGV[6])
 local nr = tonumber(ARGV[7])
@@ -79,6 +111,10 @@ for j = 1, nlogs do
   local a = lbase + 3 * (j - 1)
   if ARGV[a + 1] == 'A' and redis.call('STRLEN', KEYS[2 + nr + j]) ~= tonumber(ARGV[a + 2]) then
     return redis.error_reply('LOGMISMATCH ' .. KEYS[2 + nr + j] .. ' is not the length this writer appended to')
+  end
+  local kt = redis.call('TYPE', KEYS[2 + nr + j])['ok']
+  if kt ~= 'none' and kt ~= 'string' then
+    return redis.error_reply('WRONGTYPE append log ' .. KEYS[2 + nr + j] .. ' is not a string')
   end
 end
 for i = 1, nr do
@@ -98,12 +134,9 @@ for j = 1, nlogs do
     redis.call('APPEND', key, ARGV[a + 3])
   end
 end
-local old = redis.call('HGET', KEYS[1], 'logs')
-if old then
-  for _, entry in pairs(cjson.decode(old)) do
-    if not live[entry['key']] then
-      redis.call('DEL', entry['key'])
-    end
+for _, entry in pairs(oldlogs) do
+  if type(entry) == 'table' and entry['key'] and not live[entry['key']] then
+    redis.call('DEL', entry['key'])
   end
 end
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
@@ -113,11 +146,7 @@ return v
 """
 
 # KEYS: 1 checkpoint hash ; ARGV: 1 owner, 2 version
-ACK_LUA = """
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if owner ~= ARGV[1] then
-  return redis.error_reply('FENCED checkpoint is owned by ' .. tostring(owner))
-end
+ACK_LUA = _OWNER_LUA + """
 if redis.call('HGET', KEYS[1], 'version') == ARGV[2] then
   redis.call('HSET', KEYS[1], 'pending', '')
   return 1
@@ -125,13 +154,16 @@ end
 return 0
 """
 
-# KEYS: 1 checkpoint hash ; ARGV: 1 new owner. Returns version, state, offsets, pending, then name, bytes per
-# append log of the manifest (each read to its recorded length)
+# KEYS: 1 checkpoint hash ; ARGV: 1 new owner. Returns version, state, offsets, pending, the new fence epoch, then
+# name, bytes per append log of the manifest (each read to its recorded length)
 CLAIM_LUA = """
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t ~= 'none' and t ~= 'hash' then return redis.error_reply('WRONGTYPE checkpoint ' .. KEYS[1] .. ' is not a hash') end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1])
+local epoch = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 local out = redis.call('HMGET', KEYS[1], 'version', 'state', 'offsets', 'pending', 'logs')
 local manifest = out[5]
-out[5] = nil
+out[5] = epoch
 if manifest then
   for name, entry in pairs(cjson.decode(manifest)) do
     local n = tonumber(entry['len'])
@@ -149,10 +181,6 @@ if manifest then
 end
 return out
 """
-
-
-class Fenced(RuntimeError):
-    """Another worker claimed the checkpoint: this one must drop its state (it no longer owns the partitions)."""
 
 
 class CheckpointConflict(RuntimeError):
@@ -198,9 +226,11 @@ class RedisCheckpoint:
             raise ValueError("checkpoints need the Redis budget store (store URL redis://…)")
         self.store = store
         self.r = store.r
-        self.key = f"{store.ns}:ckpt:{group}:{input_topic}"
+        self.fence_name = f"ckpt:{group}:{input_topic}"
+        self.key = store._fence_key(self.fence_name)  # <ns>:ckpt:… ({<ns>}:ckpt:… on a cluster)
         self.ledger_key = store._ledger_key  # the store's ledger stream (same layout as append_ledger)
         self.owner: str | None = None
+        self.fence: Fence | None = None  # this owner's fence (claim): admits and settles of its engine carry it
         self.version = 0
         self.last_bytes = 0  # the state's size (append logs in full)
         self.last_written = 0  # bytes of state and append-log data the last checkpoint sent
@@ -224,6 +254,8 @@ class RedisCheckpoint:
             msg = str(e)
             if msg.startswith("FENCED"):
                 raise Fenced(msg) from None
+            if msg.startswith("LOST"):
+                raise StoreLost(f"{msg} (flushed, or restarted without persistence)") from None
             if msg.startswith("CONFLICT"):
                 raise CheckpointConflict(msg) from None
             if msg.startswith("LOGMISMATCH"):
@@ -236,10 +268,13 @@ class RedisCheckpoint:
         """Become the owner (fencing out any previous one) and read the latest checkpoint."""
         token = f"{worker_id}:{uuid.uuid4().hex[:12]}"
         self._logs = {}
+        self.fence = None
         res = self._call(lambda: self._script("claim", CLAIM_LUA)(keys=[self.key], args=[token]))
-        version, state, offsets, pending = res[:4]
-        logs = {bytes(res[i]).decode(): bytes(res[i + 1]) for i in range(4, len(res), 2)}
-        self.owner = token
+        version, state, offsets, pending, epoch = res[:5]
+        logs = {bytes(res[i]).decode(): bytes(res[i + 1]) for i in range(5, len(res), 2)}
+        fence = Fence(self.fence_name, int(epoch))
+        self.store.spread_fence(fence)  # a cluster's copy in every hash slot (a single Redis: nothing to do)
+        self.owner, self.fence = token, fence
         self.version = int(version or 0)
         st = state_codec.decode(bytes(state)) if state else None
         self.last_bytes = (len(state) + sum(len(b) for b in logs.values())) if state else 0  # as write() counts
@@ -323,16 +358,23 @@ class RedisCheckpoint:
 class DeferredReleaseLog(BudgetStore):
     """The budget store as the engine sees it inside the worker.
 
-    Admission and settlement go straight to the store (atomic, idempotent). Release-log writes and ledger entries
-    are kept in memory and written by the next checkpoint, in the same atomic step as the state that produced them.
-    ``after_admit`` is called after every successful admit (test-only fault injection, see ``faults.py``).
+    Admission and settlement go straight to the store (atomic, exactly once per batch), under the owner's fence:
+    ``fence()`` (e.g. the checkpoint's current claim, :attr:`RedisCheckpoint.fence`) is passed with every admit and
+    settle, so that a replaced owner's engine is refused (:class:`Fenced`). A settle carries the digest of its
+    batch's admit (the last one of its scope and seq), so it lowers that batch's reservation only. Release-log
+    writes and ledger entries are kept in memory and written by the next checkpoint, in the same atomic step as the
+    state that produced them. ``after_admit`` is called after every successful admit (test-only fault injection,
+    see ``faults.py``).
     """
 
-    def __init__(self, inner: BudgetStore, after_admit: Callable[[], None] | None = None) -> None:
+    def __init__(self, inner: BudgetStore, after_admit: Callable[[], None] | None = None,
+                 fence: Callable[[], Fence | None] | None = None) -> None:
         self.inner = inner
         self.after_admit = after_admit
+        self.fence = fence or (lambda: None)
         self.releases: dict[str, bytes] = {}
         self.ledger_entries: list[dict] = []
+        self._admitted: dict[str, tuple[int, str | None]] = {}  # scope → (seq, digest) of its last admit
 
     def take(self) -> tuple[dict[str, bytes], list[dict]]:
         rel, led = self.releases, self.ledger_entries
@@ -352,32 +394,41 @@ class DeferredReleaseLog(BudgetStore):
     def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "", components=None) -> None:
         self.inner.grant(user, budget, actor=actor, reason=reason, components=components)
 
-    def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None) -> np.ndarray:
-        out = self.inner.admit(scope, seq, users, costs, digest=digest)
+    def claim_fence(self, name: str) -> Fence:
+        return self.inner.claim_fence(name)
+
+    def _settle_digest(self, scope: str, seq: int, digest: str | None) -> str | None:
+        if digest is not None:
+            return digest
+        last = self._admitted.get(scope)
+        return last[1] if last is not None and last[0] == seq else None
+
+    def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None,
+              fence: Fence | None = None) -> np.ndarray:
+        out = self.inner.admit(scope, seq, users, costs, digest=digest, fence=fence or self.fence())
+        self._admitted[scope] = (seq, digest)
         if self.after_admit is not None:
             self.after_admit()
         return out
 
-    def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
-        self.inner.settle(scope, seq, users, actual)
+    def settle(self, scope: str, seq: int, users: Sequence[str], actual, digest: str | None = None,
+               fence: Fence | None = None) -> None:
+        self.inner.settle(scope, seq, users, actual, digest=self._settle_digest(scope, seq, digest),
+                          fence=fence or self.fence())
 
-    # by interned ids: the inner store's fast path when it has one (else by names, as BudgetStore does)
-    def admit_ids(self, scope: str, seq: int, user_ids, costs, table, digest: str | None = None) -> np.ndarray:
-        fast = getattr(self.inner, "admit_ids", None)
-        if fast is not None:
-            out = fast(scope, seq, user_ids, costs, table, digest=digest)
-        else:
-            out = self.inner.admit(scope, seq, table.names(user_ids), costs, digest=digest)
+    # by interned ids: the inner store's fast path (BudgetStore's default converts to names)
+    def admit_ids(self, scope: str, seq: int, user_ids, costs, table, digest: str | None = None,
+                  fence: Fence | None = None) -> np.ndarray:
+        out = self.inner.admit_ids(scope, seq, user_ids, costs, table, digest=digest, fence=fence or self.fence())
+        self._admitted[scope] = (seq, digest)
         if self.after_admit is not None:
             self.after_admit()
         return out
 
-    def settle_ids(self, scope: str, seq: int, user_ids, actual, table) -> None:
-        fast = getattr(self.inner, "settle_ids", None)
-        if fast is not None:
-            fast(scope, seq, user_ids, actual, table)
-        else:
-            self.inner.settle(scope, seq, table.names(user_ids), actual)
+    def settle_ids(self, scope: str, seq: int, user_ids, actual, table, digest: str | None = None,
+                   fence: Fence | None = None) -> None:
+        self.inner.settle_ids(scope, seq, user_ids, actual, table, digest=self._settle_digest(scope, seq, digest),
+                              fence=fence or self.fence())
 
     def get_user(self, user: str) -> UserBudget | None:
         return self.inner.get_user(user)
