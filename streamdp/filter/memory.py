@@ -504,6 +504,7 @@ class MemoryBudgetStore(BudgetStore):
             halted=bool(self._halted[j]),
             spent=self._spent[j].copy(),
             budget=self._budgets_of(np.array([j]))[0].copy(),
+            extra={"override": bool(self._has_override[j])},
         )
 
     def get_user(self, user: str) -> UserBudget | None:

@@ -994,7 +994,8 @@ class RedisBudgetStore(BudgetStore):
             budget = np.array([int(h[f]) for f in _BUDGET_FIELDS], dtype=np.int64)
         else:
             budget = default.copy()
-        return UserBudget(user=user, halted=h.get(b"h") == b"1", spent=spent, budget=budget)
+        return UserBudget(user=user, halted=h.get(b"h") == b"1", spent=spent, budget=budget,
+                          extra={"override": _BUDGET_FIELDS[0] in h})
 
     def get_user(self, user: str) -> UserBudget | None:
         key = self._user_key(user)
@@ -1020,8 +1021,10 @@ class RedisBudgetStore(BudgetStore):
             raise DefaultBudgetMissing(self._lost_default_text(""))
         return self._user_from_hash(user, h, self._parse_default(d))
 
-    def iter_users(self) -> Iterator[UserBudget]:
-        default = self.default_budget()
+    def iter_users(self, default: np.ndarray | None = None) -> Iterator[UserBudget]:
+        """Every user (``default``: the budget shown for users without an override instead of the stored default —
+        for an operator command restoring a lost one)."""
+        default = self.default_budget() if default is None else np.asarray(default, dtype=np.int64)
         pattern = _glob_escape(self._user_prefix) + "*"
         for client in self._primaries():
             cursor = 0

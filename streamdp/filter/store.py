@@ -129,7 +129,7 @@ class UserBudget:
     halted: bool
     spent: np.ndarray  # int64[N_COMPONENTS], fixed point
     budget: np.ndarray  # int64[N_COMPONENTS], fixed point
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # "override": the budget is the user's own (a grant), not the default
 
     def spent_cost(self) -> Cost:
         return fixed_to_cost(self.spent)

@@ -24,6 +24,7 @@ class StallProxy:
         self.srv.listen(16)
         self.port = self.srv.getsockname()[1]
         self.armed = False
+        self.sha: bytes | None = None  # stall only after an EVALSHA of this script (None: any)
         self.stalled = threading.Event()  # a connection is being held
         self.released = threading.Event()
         self._held = bytearray()
@@ -36,7 +37,8 @@ class StallProxy:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def stall_after_first(self) -> None:
+    def stall_after_first(self, sha: bytes | None = None) -> None:
+        self.sha = sha
         self.armed = True
 
     def _accept(self) -> None:
@@ -50,8 +52,8 @@ class StallProxy:
             threading.Thread(target=self._server_to_client, args=(up, c), daemon=True).start()
 
     @staticmethod
-    def _commands(buf: bytearray) -> list[tuple[int, bytes]]:
-        """Complete RESP commands at the start of ``buf``: (end offset, command name)."""
+    def _commands(buf: bytearray) -> list[tuple[int, bytes, bytes]]:
+        """Complete RESP commands at the start of ``buf``: (end offset, command name, first argument)."""
         out, pos = [], 0
         while pos < len(buf):
             if buf[pos:pos + 1] != b"*":
@@ -61,7 +63,7 @@ class StallProxy:
                 return out
             n = int(buf[pos + 1:e])
             p = e + 2
-            name = b""
+            name = arg = b""
             for k in range(n):
                 e2 = buf.find(b"\r\n", p)
                 if e2 < 0:
@@ -71,8 +73,10 @@ class StallProxy:
                     return out
                 if k == 0:
                     name = bytes(buf[e2 + 2:e2 + 2 + ln]).upper()
+                elif k == 1:
+                    arg = bytes(buf[e2 + 2:e2 + 2 + ln])
                 p = e2 + 2 + ln + 2
-            out.append((p, name))
+            out.append((p, name, arg))
             pos = p
         return out
 
@@ -93,7 +97,8 @@ class StallProxy:
                 if not cmds:
                     continue
                 end = cmds[-1][0]
-                evals = [i for i, (_, name) in enumerate(cmds) if name == b"EVALSHA"]
+                evals = [i for i, (_, name, arg) in enumerate(cmds)
+                         if name == b"EVALSHA" and (self.sha is None or arg == self.sha)]
                 with self._lock:
                     take = self.armed and len(evals) >= 1 and self._held_up is None
                     if take:

@@ -221,3 +221,100 @@ def test_a_corrupted_spent_field_under_a_settle_leaves_every_chunk_unsettled(red
     with pytest.raises(StoreError, match="s7"):
         st.settle("engine:x", 1, users, [c(1)] * 10, digest=D1)
     assert {k: r.dump(k) for k in r.keys()} == before
+
+
+# ---- the same on a Redis Cluster ---------------------------------------------------------------------------------
+
+
+def _cluster_store_through_proxies(cluster, **kw):
+    """A cluster store whose connections to every primary go through a StallProxy (the client's node addresses are
+    remapped to the proxies)."""
+    from redis.cluster import RedisCluster
+
+    proxies = {p: StallProxy(p) for p in cluster.ports}
+    client = RedisCluster(host="127.0.0.1", port=proxies[cluster.ports[0]].port, socket_timeout=1.0,
+                          address_remap=lambda addr: (addr[0], proxies[addr[1]].port) if addr[1] in proxies
+                          else addr)
+    return RedisBudgetStore(client, cluster=True, url=cluster.url, **kw), proxies
+
+
+def test_on_a_cluster_a_stalled_slot_pipeline_is_retried_and_charges_each_user_once(redis_cluster_url,
+                                                                                    redis_cluster):
+    st, proxies = _cluster_store_through_proxies(redis_cluster, default_budget=c(10, 10))
+    try:
+        st._sha_of("admit")
+        users = [f"u{i}" for i in range(6000)]
+        victim = proxies[redis_cluster.ports[1]]
+        victim.stall_after_first(RedisBudgetStore._SHAS["admit"])  # one primary's slot groups, after the first
+        assert st.admit("engine:x", 1, users, c(6, 6), digest=D1).all()
+        assert victim.stalled.is_set()
+        node = redis.Redis(port=redis_cluster.ports[1])
+        before = evalsha_calls(node)
+        victim.release()
+        assert evalsha_calls(node) > before + 10, "the held slot groups did not run"
+        check = RedisBudgetStore.from_url(redis_cluster_url)
+        for u in users:
+            rec = check.get_user(u)
+            assert rec.spent[0] == 6 and not rec.halted, u
+    finally:
+        for p in proxies.values():
+            p.close()
+
+
+def test_on_a_cluster_two_stores_admitting_the_same_batch_at_once_charge_once(redis_cluster_url):
+    a = RedisBudgetStore.from_url(redis_cluster_url, default_budget=c(100))
+    b = RedisBudgetStore.from_url(redis_cluster_url, default_budget=c(100))
+    users = [f"w{i}" for i in range(3000)]
+    costs = np.array([c(1 + i % 3) for i in range(len(users))], dtype=np.int64)
+    for seq in (1, 2, 3):
+        gate = threading.Barrier(2)
+        out: dict = {}
+
+        def run(name, st, us, cs, seq=seq):
+            gate.wait()
+            out[name] = st.admit("engine:x", seq, us, cs, digest=f"{seq:032x}")
+
+        ts = [threading.Thread(target=run, args=("a", a, users, costs)),
+              threading.Thread(target=run, args=("b", b, users[::-1], costs[::-1]))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert out["a"].all() and out["b"].all()
+    for i in range(0, len(users), 97):
+        assert a.get_user(users[i]).spent[0] == 3 * (1 + i % 3)
+
+
+def test_on_a_cluster_a_fenced_owner_is_refused_in_every_slot(redis_cluster_url):
+    from streamdp.adapters.kafka.checkpoint import DeferredReleaseLog, RedisCheckpoint
+
+    st = RedisBudgetStore.from_url(redis_cluster_url, default_budget=c(10))
+    old = RedisCheckpoint(st, "g", "events")
+    old.claim("worker-a")
+    assert old.key == "{sdp}:ckpt:g:events"
+    old_view = DeferredReleaseLog(st, fence=lambda: old.fence)
+    users = [f"f{i}" for i in range(200)]
+    assert old_view.admit("engine:x", 1, users, c(2), digest=D1).all()
+    new = RedisCheckpoint(RedisBudgetStore.from_url(redis_cluster_url), "g", "events")
+    new.claim("worker-b")
+    with pytest.raises(Fenced):
+        old_view.admit("engine:x", 2, users, c(2), digest=D2)
+    # the slot groups themselves refuse it too (a call that passed the meta slot's check just before the claim)
+    with pytest.raises(Fenced):
+        st._call(lambda: st._exec("admit", [_slot_group_call(st, users[0], old.fence)]))
+    with pytest.raises(Fenced):
+        old.write({}, {}, [], {}, [], {})
+    new_view = DeferredReleaseLog(st, fence=lambda: new.fence)
+    assert new_view.admit("engine:x", 2, users, c(2), digest=D2).all()
+    assert st.get_user(users[0]).spent[0] == 4
+
+
+def _slot_group_call(st, user, fence):
+    """One raw slot-group admit call of ``user`` under ``fence`` (as the client builds it after the meta check)."""
+    from streamdp.filter.redis_store import _bulks, _Call
+
+    slot = int(st._user_slots([user])[0])
+    parts = [st._fence_frag(fence.name, slot), *st._key_frags([user]),
+             *_bulks([b"x:engine:x", b"2", b"1", b"1", b"2", b"0", b"0", b"0", b"0", b"0", b"", D2.encode(), b"1",
+                      b"%d" % fence.epoch, b"C", b"10", b"0", b"0", b"0", b"0", b"0", b"1"])]
+    return _Call(2, len(parts), b"".join(parts), slot)
