@@ -270,7 +270,8 @@ class RedisBudgetStore(BudgetStore):
         against a TLS port, an untrusted certificate) or when its ``maxmemory-policy`` is not ``noeviction``
         (eviction would drop budgets and the release log: a halted user back with a fresh budget, a window
         re-released with fresh noise). Where ``CONFIG GET`` is not allowed (managed Redis), confirm the policy with
-        the provider and say so with ``assume_noeviction=True`` or ``?assume_noeviction=1`` in the URL.
+        the provider and say so with ``assume_noeviction=True`` or ``?assume_noeviction=1`` in the URL; a policy
+        the server does show is never overridden.
         """
         import redis
         from redis.backoff import NoBackoff
@@ -366,11 +367,11 @@ class RedisBudgetStore(BudgetStore):
                 raise StoreError(f"Redis budget store unreachable ({self._where()}): {e}") from e
             except redis.exceptions.RedisError as e:
                 raise StoreError(f"Redis budget store failed ({self._where()}): {e}") from e
-            if assume_noeviction:
-                continue
             try:
                 policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
             except redis.exceptions.ResponseError as e:
+                if assume_noeviction:  # the operator confirmed it (managed Redis without CONFIG)
+                    continue
                 raise StoreConfigError(
                     f"cannot read maxmemory-policy of the Redis budget store {self._where()} (CONFIG GET refused: "
                     f"{e}). Budgets and the release log must never be evicted. Confirm with your Redis provider that "
