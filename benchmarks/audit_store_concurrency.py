@@ -19,8 +19,8 @@ Checks (every process logs each call: start/end times on the machine's monotonic
    reservation — or the settled half of it where the batch was settled — in every component;
 3. **no user over budget**: spent ≤ budget at the end (budgets only grow here), and a user never granted anything
    is within the default;
-4. **halts sticky**: a user refused by a batch is halted at the end, and no batch whose every copy started after
-   that refusal was answered admitted the user;
+4. **halts sticky**: a user refused by a batch is halted at the end, and no batch whose every copy (or attempt
+   that was fenced part-way) started after that refusal was answered admitted the user;
 5. **fencing**: after the successor's claim returned, no owner call that started later succeeded.
 
 Run from the repository's root; it starts its own redis-server (``--cluster``: a 3-primary cluster) on loopback:
@@ -103,7 +103,7 @@ def _deployment(url: str, plan: Plan, scope: int, role: str, q, start) -> None:
         t0 = time.monotonic()
         try:
             mask = st.admit(f"audit:{scope}", seq, us, cs, digest=digest, fence=fence)
-        except Fenced:
+        except Fenced:  # refused — possibly after some of its slot groups or chunks were applied
             log.append(("fenced", seq, t0, time.monotonic()))
             break
         t1 = time.monotonic()
@@ -198,9 +198,12 @@ def check(url: str, plan: Plan, logs: dict, granted: dict, wall: float) -> dict:
                                           "successor's claim returned and was not refused"
         n_fenced += sum(e[0] == "fenced" for e in owner)
         copies: dict[int, list] = {}
+        tried: dict[int, float] = {}  # seq → the earliest start of any attempt (a fenced one may have applied part)
         for e in owner + succ:
             if e[0] == "admit":
                 copies.setdefault(e[1], []).append(e)
+            if e[0] in ("admit", "fenced"):
+                tried[e[1]] = min(tried.get(e[1], np.inf), e[2])
         for seq, digest, users, costs, settled in batches(plan, scope):
             cs = copies.get(seq, [])
             assert cs, f"scope {scope} seq {seq}: no copy of the batch completed"
@@ -209,7 +212,7 @@ def check(url: str, plan: Plan, logs: dict, granted: dict, wall: float) -> dict:
                 bad = np.flatnonzero(e[4] != first)
                 assert bad.size == 0, f"scope {scope} seq {seq}: copies disagree on {users[bad[0]]}"
             n_copies += len(cs)
-            start = min(e[2] for e in cs)
+            start = tried[seq]
             end_refused = min(e[3] for e in cs)
             for i, u in enumerate(users):
                 if first[i]:

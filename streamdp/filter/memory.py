@@ -6,6 +6,7 @@ Optionally backed by a local file (``save``/``load``; the CLI's ``--store PATH``
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import os
@@ -17,8 +18,9 @@ import numpy as np
 
 from streamdp.accounting.cost import INT64_MAX, N_COMPONENTS
 from streamdp.arrays import put_rows, rows_all, rows_any_nonzero, take_rows
-from streamdp.filter.store import (DIGEST_KEEP, BudgetStore, Fence, Fenced, UserBudget, as_cost_matrix,
-                                   check_digest, check_fence, digest_tag)
+from streamdp.filter.store import (DIGEST_KEEP, RELEASE_BODIES_KEPT, BudgetStore, Fence, Fenced, UserBudget,
+                                   as_cost_matrix, check_digest, check_fence, digest_tag, release_digest,
+                                   release_parts, trimmed_marker)
 
 _NO_SEQ = np.iinfo(np.int64).min
 SEQ_LIMIT = 2**53  # batch sequence numbers are compared as Lua numbers by the Redis store
@@ -208,7 +210,10 @@ class MemoryBudgetStore(BudgetStore):
         self._digests: dict[str, dict[int, tuple[str, str]]] = {}
         self._digest_seqs: dict[str, list[int]] = {}
         self._digest_max: dict[str, int] = {}
-        self._releases: dict[str, bytes] = {}
+        self._releases: dict[str, bytes] = {}  # the records kept (retention: store.py)
+        self._release_digests: dict[str, bytes] = {}  # key → digest, of every record of the engine's key form
+        self.release_bodies_kept = RELEASE_BODIES_KEPT
+        self._release_order: dict[str, list[tuple[int, int, str]]] = {}  # query → its kept records' (epoch, t, key)
         self._ledger: list[dict] = []
         self._fences: dict[str, int] = {}  # fence name → its current epoch (claim_fence)
         self.path = path
@@ -481,10 +486,37 @@ class MemoryBudgetStore(BudgetStore):
 
     # ---- release log and ledger ----------------------------------------------------------------------------
     def put_release(self, key: str, record: bytes) -> bytes:
-        return self._releases.setdefault(key, bytes(record))
+        record = bytes(record)
+        old = self._releases.get(key)
+        if old is not None:
+            return old
+        d = self._release_digests.get(key)
+        if d is not None:  # recorded, its record dropped: the same record if the digest says so
+            return record if release_digest(record) == d else trimmed_marker(d)
+        self._releases[key] = record
+        parts = release_parts(key)
+        if parts is not None:
+            self._release_digests[key] = release_digest(record)
+            self._trim_releases(*parts, key)
+        return record
+
+    def _trim_releases(self, query: str, epoch: int, t: int, key: str) -> None:
+        """Note the record of (``query``, ``epoch``, ``t``) and drop those of ``query`` beyond the latest
+        ``release_bodies_kept`` windows (their digests stay)."""
+        order = self._release_order.get(query)
+        if order is None:  # (re)built from the records kept, in (epoch, window) order
+            order = self._release_order[query] = sorted(
+                (p[1], p[2], k) for k in self._releases if (p := release_parts(k)) is not None and p[0] == query
+                and k != key)
+        bisect.insort(order, (epoch, t, key))
+        while len(order) > self.release_bodies_kept:
+            del self._releases[order.pop(0)[2]]
 
     def get_release(self, key: str) -> bytes | None:
-        return self._releases.get(key)
+        rec = self._releases.get(key)
+        if rec is None and key in self._release_digests:
+            return trimmed_marker(self._release_digests[key])
+        return rec
 
     def append_ledger(self, entry: dict) -> None:
         self._ledger.append(json.loads(ledger_entry_json(entry)))  # stored as its JSON round trip, like Redis
@@ -536,6 +568,7 @@ class MemoryBudgetStore(BudgetStore):
             "digest_max": self._digest_max,
             "fences": self._fences,
             "releases": {k: v.decode("latin-1") for k, v in self._releases.items()},
+            "release_digests": {k: v.hex() for k, v in self._release_digests.items()},
             "ledger": self._ledger,
         }
 
@@ -567,6 +600,7 @@ class MemoryBudgetStore(BudgetStore):
         st._digest_max = {k: int(v) for k, v in d.get("digest_max", {}).items()}
         st._fences = {str(k): int(v) for k, v in d.get("fences", {}).items()}
         st._releases = {k: v.encode("latin-1") for k, v in d.get("releases", {}).items()}
+        st._release_digests = {k: bytes.fromhex(v) for k, v in d.get("release_digests", {}).items()}
         st._ledger = list(d.get("ledger", []))
         return st
 

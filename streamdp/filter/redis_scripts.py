@@ -166,8 +166,8 @@ end
 #:   mode 'C' (a hash-slot group of a Redis Cluster): [the slot's fence copy (iff a fence)].
 #: ARGV = [scope field, seq, m, w, m cost vectors (6 decimal strings each), index string (w bytes per user when
 #: m > 1, else empty), replay digest ('' = none), nmeta, fence epoch ('' = none), mode; mode 'C' adds the default
-#: budget (6 decimal strings, read by the client from the default hash in this admit) and '1'/'0': is this admit
-#: trusted (the client's reading of the replay-digest record, see ADMIT_BEGIN)].
+#: budget (6 decimal strings, read by the client from the default hash in this admit) and 'R' or 'N': what to do
+#: with a stale candidate (below)].
 #: Returns a string with one character per user: '1' admitted; 'h' refused, and the user is halted with a refusal
 #: (or no) state in this scope, which is permanent: every later admit of the user in this scope, of this seq or a
 #: later one, is refused without a write (the store may answer it without asking Redis); '0' refused, nothing
@@ -193,7 +193,12 @@ end
 #: ``T`` when a later seq was already recorded as it was made (a reach-back: its first run left no digest), else
 #: ``C``. An admit is trusted iff the record exists, is its digest and is ``C``. On a single Redis the first chunk
 #: that finds no record writes it (after its own checks) and is not trusted itself; later chunks and calls read it.
-#: On a cluster the client reads it before the slot groups (ADMIT_BEGIN) and writes it after them (ADMIT_RECORD).
+#: On a cluster the record lives in another hash slot, so a slot group cannot read it when it runs: with 'R' it
+#: answers ``'s'`` for a user rule 2 would apply to (a digest, a tagged state of a later seq) and writes nothing
+#: for them; the client, after every group (and ADMIT_RECORD), reads the record once and answers them '1' if the
+#: admit is trusted, else sends them again with 'N' (judged as new). The record is immutable once written, so
+#: reading it later decides as reading it when the group ran would (standalone chunks read it as they run): a
+#: tagged state of a later seq was written by a copy that had recorded this seq before going on.
 #: Recording forgets the seqs below ``seq - DIGEST_KEEP``. (Why the first call's other chunks may be trusted: a
 #: tagged state of a later seq is written only by an admit that found or made that later seq's record, which would
 #: have tainted this one; an untagged one never passes rule 2 under a digest.)
@@ -252,8 +257,9 @@ else
     if e then return e end
   end
   d = {ARGV[t0 + 6], ARGV[t0 + 7], ARGV[t0 + 8], ARGV[t0 + 9], ARGV[t0 + 10], ARGV[t0 + 11]}
-  trusted = (ARGV[t0 + 12] == '1')
+  trusted = false
 end
+local resolve = (mode == 'C' and dg ~= '' and ARGV[t0 + 12] == 'R')  -- answer stale candidates 's' (see above)
 if not (d[1] or d[2] or d[3] or d[4] or d[5] or d[6]) then
   return err('NODEFAULT', 'the default budget ' .. dname .. ' is missing')
 end
@@ -397,8 +403,10 @@ for u = 1, n do
   -- decide
   if last == seq and (dg == '' or stag == tag) then  -- 1. a copy of a batch applied to this user: its outcome
     if okc == '1' then out[u] = '1' else out[u] = 'h' end
-  elseif trusted and last and last > seq and (dg == '' or stag ~= '') then
+  elseif (trusted or dg == '') and last and last > seq and (dg == '' or stag ~= '') then
     out[u] = '1'                                     -- 2. stale replay: admitted, no charge (see the doc)
+  elseif resolve and last and last > seq and stag ~= '' then
+    out[u] = 's'                                     -- 2, on a cluster: the client decides (see the doc)
   elseif halted and okc ~= '1' then
     -- 3. halted (for good), and the scope state is absent or a refusal: every admit of this user in this scope,
     -- of any seq, answers refused and charges nothing (but a copy or a trusted stale replay), and writing this
@@ -535,11 +543,16 @@ end
 return {d[1], d[2], d[3], d[4], d[5], d[6], trusted, fresh}
 """
 
-#: A cluster admit's last step: KEYS = [replay-digest set of the scope]; ARGV = [seq, digest]. Records the digest
-#: of seq unless one is recorded (tainted if a later seq is), forgets seqs below ``seq - DIGEST_KEEP``.
-ADMIT_RECORD = f"local DIGEST_KEEP = {DIGEST_KEEP}\n" + r"""
+#: A cluster admit's last step: KEYS = [replay-digest set of the scope, the fence hash (iff a fence)]; ARGV = [seq,
+#: digest, fence epoch ('' = none)]. Records the digest of seq unless one is recorded (tainted if a later seq is),
+#: forgets seqs below ``seq - DIGEST_KEEP``.
+ADMIT_RECORD = _HELPERS + f"local DIGEST_KEEP = {DIGEST_KEEP}\n" + r"""
 local seqs, dg = ARGV[1], ARGV[2]
 local seq = tonumber(seqs)
+if ARGV[3] ~= '' then
+  local e = fence_hash(KEYS[2], ARGV[3])
+  if e then return e end
+end
 if redis.call('ZRANGEBYSCORE', KEYS[1], seqs, seqs, 'LIMIT', 0, 1)[1] then return 0 end
 local later = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. seqs, '+inf', 'LIMIT', 0, 1)[1]
 local flag = 'C'
@@ -708,4 +721,63 @@ CHECK_FENCE = _HELPERS + r"""
 local e = fence_hash(KEYS[1], ARGV[1])
 if e then return e end
 return 1
+"""
+
+#: The release log's retention (store.py, "release log"), shared by PUT_RELEASE and the Kafka worker's checkpoint
+#: script: per release a record key, and — for keys of the engine's form — the string of its (query, epoch)'s
+#: digests (16 bytes per window at offset 16·(window − 1)) and the sorted set of its query's kept records (member
+#: ``<epoch>/<window>``, scored in (epoch, window) order), whose oldest beyond ``keep`` are deleted. Those keys share
+#: the record key's hash slot on a cluster (``{<ns>}:…``).
+RELEASE_HELPERS = r"""
+local Z16 = string.rep('\0', 16)
+-- the stored record (or false) and, if it was dropped, its digest (or false); errors before any write
+local function rel_read(bkey, dkey, zkey, off)
+  local body = redis.pcall('GET', bkey)
+  if type(body) == 'table' then return nil, nil, 'WRONGTYPE release record ' .. bkey .. ' is not a string' end
+  if body then return body, false end
+  if dkey == '' then return false, false end
+  local d = redis.pcall('GETRANGE', dkey, off, off + 15)
+  if type(d) == 'table' then return nil, nil, 'WRONGTYPE release digests ' .. dkey .. ' is not a string' end
+  local zt = redis.call('TYPE', zkey)['ok']
+  if zt ~= 'none' and zt ~= 'zset' then return nil, nil, 'WRONGTYPE release order ' .. zkey .. ' is not a sorted set' end
+  if #d == 16 and d ~= Z16 then return false, d end
+  return false, false
+end
+local function rel_write(bkey, dkey, zkey, record, digest, off, score, member, keep, prefix)
+  redis.call('SET', bkey, record)
+  if dkey ~= '' then
+    redis.call('SETRANGE', dkey, off, digest)
+    redis.call('ZADD', zkey, score, member)
+    local n = redis.call('ZCARD', zkey)
+    if n > keep then
+      local gone = redis.call('ZPOPMIN', zkey, n - keep)
+      for q = 1, #gone, 2 do redis.call('DEL', prefix .. gone[q]) end
+    end
+  end
+end
+"""
+
+#: KEYS = [record key]; ARGV = [record, digest (16 bytes), digest key ('' = none: the key is not of the engine's
+#: form), order key, offset, score, member, keep, record-key prefix of the query]. First write wins: returns
+#: {0, stored record} when a record is stored, {1} when this one was stored or equals (by digest) a record dropped
+#: by retention, {2, digest} when a different record was dropped (the caller answers trimmed_marker(digest)).
+PUT_RELEASE = RELEASE_HELPERS + r"""
+local body, d, e = rel_read(KEYS[1], ARGV[3], ARGV[4], tonumber(ARGV[5]))
+if e then return redis.error_reply(e) end
+if body then return {0, body} end
+if d then
+  if d == ARGV[2] then return {1} end
+  return {2, d}
+end
+rel_write(KEYS[1], ARGV[3], ARGV[4], ARGV[1], ARGV[2], tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9])
+return {1}
+"""
+
+#: KEYS = [record key]; ARGV = [digest key ('' = none), order key, offset]: {0, record}, {2, digest}, or {} (absent).
+GET_RELEASE = RELEASE_HELPERS + r"""
+local body, d, e = rel_read(KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]))
+if e then return redis.error_reply(e) end
+if body then return {0, body} end
+if d then return {2, d} end
+return {}
 """

@@ -67,8 +67,9 @@ import numpy as np
 from streamdp.accounting.cost import N_COMPONENTS, budget_text
 from streamdp.filter import redis_scripts
 from streamdp.filter.memory import _merged, check_batch, check_budget, check_id_batch, ledger_entry_json
-from streamdp.filter.store import (BudgetStore, DefaultBudgetMissing, Fence, Fenced, StoreError, StoreLost,
-                                   UserBudget, check_digest, check_fence, digest_tag)
+from streamdp.filter.store import (RELEASE_BODIES_KEPT, BudgetStore, DefaultBudgetMissing, Fence, Fenced,
+                                   StoreError, StoreLost, UserBudget, check_digest, check_fence, digest_tag,
+                                   release_digest, release_parts, trimmed_marker)
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +223,7 @@ class RedisBudgetStore(BudgetStore):
         self._default_key = self._meta + "default"
         self._meta_key = self._meta + "meta"
         self._ledger_key = self._meta + "ledger"
+        self.release_bodies_kept = RELEASE_BODIES_KEPT  # the release log's retention (store.py)
         self._user_prefix = f"{namespace}:{{u:"
         self._slot_clients: list = [None] * SLOTS  # cluster: slot → the client of its primary (refreshed on MOVED)
         self._fence_frags: dict[str, dict[int, bytes]] = {}  # cluster: fence name → slot → its copy's bulk string
@@ -396,7 +398,8 @@ class RedisBudgetStore(BudgetStore):
     _SCRIPTS = {"admit": redis_scripts.ADMIT, "settle": redis_scripts.SETTLE,
                 "init_default": redis_scripts.INIT_DEFAULT, "admit_begin": redis_scripts.ADMIT_BEGIN,
                 "admit_record": redis_scripts.ADMIT_RECORD, "claim_fence": redis_scripts.CLAIM_FENCE,
-                "raise_fence": redis_scripts.RAISE_FENCE, "check_fence": redis_scripts.CHECK_FENCE}
+                "raise_fence": redis_scripts.RAISE_FENCE, "check_fence": redis_scripts.CHECK_FENCE,
+                "put_release": redis_scripts.PUT_RELEASE, "get_release": redis_scripts.GET_RELEASE}
     _SHAS = {k: hashlib.sha1(v.encode()).hexdigest().encode() for k, v in _SCRIPTS.items()}
 
     def _client_of_slot(self, slot: int | None):
@@ -864,19 +867,38 @@ class RedisBudgetStore(BudgetStore):
             meta = [self._default_key, self._digest_key(scope)] + (
                 [self._fence_key(fence.name)] if fence is not None else [])
             begin = self._exec_meta("admit_begin", meta, [str(seq), dg.decode(), epoch.decode()])
-            d, trusted, fresh = begin[:6], begin[6], begin[7]
-            if n:
-                tail = _bulks([dg, b"1" if fence is not None else b"0", epoch, b"C", *d, trusted])
-                for slot, idx in groups:
+            d, fresh = begin[:6], begin[7]
+
+            def run_groups(gs, how: bytes) -> list:
+                tail = _bulks([dg, b"1" if fence is not None else b"0", epoch, b"C", *d, how])
+                cs = []
+                for slot, idx in gs:
                     mk = [self._fence_frag(fence.name, slot)] if fence is not None else []
                     body = mk + keys_of(idx) + head + cost_of(idx) + tail
-                    calls.append(_Call(len(mk) + idx.size, len(body), b"".join(body), slot))
-                res = self._exec("admit", calls)
-            else:
-                res = []
+                    cs.append(_Call(len(mk) + idx.size, len(body), b"".join(body), slot))
+                return self._exec("admit", cs)
+
+            res = [bytearray(r) for r in run_groups(groups, b"R")] if n else []
             if digest is not None and fresh == b"1":
-                self._exec_meta("admit_record", [self._digest_key(scope)], [str(seq), digest])
-            return res
+                self._exec_meta("admit_record", [self._digest_key(scope)] + (
+                    [self._fence_key(fence.name)] if fence is not None else []), [str(seq), digest, epoch.decode()])
+            stale = [(g, i) for g, r in enumerate(res) for i in range(len(r)) if r[i] == ord("s")]
+            if stale:  # stale candidates: trusted now? (the record is immutable once written: see ADMIT)
+                first = self._client_of_slot(self._meta_slot).zrangebyscore(self._digest_key(scope), seq, seq,
+                                                                            start=0, num=1)
+                head_ = f"{seq}:{digest}:".encode()
+                if first and first[0].startswith(head_) and first[0].endswith(b"C"):
+                    for g, i in stale:
+                        res[g][i] = ord("1")
+                else:  # not trusted: those users are judged as new
+                    redo: dict[int, list[int]] = {}
+                    for g, i in stale:
+                        redo.setdefault(g, []).append(i)
+                    again = [(groups[g][0], groups[g][1][np.array(ii)]) for g, ii in redo.items()]
+                    for (g, ii), r in zip(redo.items(), run_groups(again, b"N")):
+                        for i, c in zip(ii, r):
+                            res[g][i] = c
+            return [bytes(r) for r in res]
 
         res = self._call(attempt)
         for (_, idx), r in zip(groups, res):
@@ -957,15 +979,37 @@ class RedisBudgetStore(BudgetStore):
     def _release_key(self, key: str) -> str:
         return f"{self._meta}rel:{key}"
 
+    def release_args(self, key: str, record: bytes | None = None) -> list[bytes]:
+        """The retention arguments of a release (redis_scripts.RELEASE_HELPERS): [digest key, order key, offset,
+        score, member, keep, record-key prefix] ('' digest key: not of the engine's form, kept for good), preceded
+        by the record's digest when ``record`` is given."""
+        parts = release_parts(key)
+        head = [] if record is None else [release_digest(record)]
+        if parts is None:
+            return head + [b"", b"", b"0", b"0", b"", b"0", b""]
+        q, e, t = parts
+        return head + [f"{self._meta}reld:{q}/{e}".encode(), f"{self._meta}relq:{q}".encode(),
+                       b"%d" % (16 * (t - 1)), b"%d" % (e * (1 << 21) + t), f"{e}/{t}".encode(),
+                       b"%d" % self.release_bodies_kept, f"{self._meta}rel:{q}/".encode()]
+
     def put_release(self, key: str, record: bytes) -> bytes:
         record = bytes(record)
-        rk = self._release_key(key)
-        old = self._call(lambda: self.r.set(rk, record, nx=True, get=True))  # SET NX GET: atomic first-write-wins
-        return record if old is None else bytes(old)
+        args = [record, *self.release_args(key, record)]
+        res = self._call(lambda: self._exec_release("put_release", key, args))
+        if int(res[0]) == 1:
+            return record
+        return bytes(res[1]) if int(res[0]) == 0 else trimmed_marker(bytes(res[1]))
 
     def get_release(self, key: str) -> bytes | None:
-        v = self._call(lambda: self.r.get(self._release_key(key)))
-        return None if v is None else bytes(v)
+        res = self._call(lambda: self._exec_release("get_release", key, self.release_args(key)[:3]))
+        if not res:
+            return None
+        return bytes(res[1]) if int(res[0]) == 0 else trimmed_marker(bytes(res[1]))
+
+    def _exec_release(self, name: str, key: str, args: list[bytes]):
+        parts = [self._release_key(key).encode(), *args]
+        return self._exec(name, [_Call(1, len(parts), b"".join(_bulks(parts)), self._meta_slot if self.cluster
+                                       else None)])[0]
 
     def append_ledger(self, entry: dict) -> None:
         js = ledger_entry_json(entry)

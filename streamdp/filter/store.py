@@ -48,13 +48,21 @@ Semantics (DESIGN.md §3):
   that has no reservation for the user, is a no-op. With a ``digest`` only the reservation of that batch (same
   tag) is settled. Recorded spend never drops below what was executed.
 * The **release log** maps an idempotency key (query, epoch, window) to the published record bytes; the first
-  write wins and every later write returns the stored bytes.
+  write wins and every later write returns the stored bytes. **Retention**: for keys of the engine's form
+  ``<query>/<epoch>/<window>`` the store keeps a 128-bit digest (SHA-256) of every record for good, and the record
+  itself only for the latest :data:`RELEASE_BODIES_KEPT` windows of each query (by (epoch, window)). A later write
+  of a key whose record was dropped returns the given bytes if they hash to the kept digest, else
+  :func:`trimmed_marker` (bytes that equal no record: the caller's comparison fails, as for a different record);
+  :meth:`BudgetStore.get_release` returns that marker for it. So a logged window is never released again with
+  other content (no re-noise), while the log grows by 16 bytes per query and window instead of the records.
 * The **ledger** is an append-only list of JSON-able dict entries (releases and administrative changes).
 """
 
 from __future__ import annotations
 
 import abc
+import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -66,6 +74,30 @@ from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS, Cost, fixed_to_co
 #: Per scope, the replay digests of the last ``DIGEST_KEEP`` batch seqs are kept (an admit of seq ``s`` forgets
 #: those of seqs below ``s - DIGEST_KEEP``): a replay reaching further back than that is charged again.
 DIGEST_KEEP = 16384
+
+#: The release log keeps the records of the latest this many windows of each query (their digests for good).
+RELEASE_BODIES_KEPT = 1024
+
+_RELEASE_KEY = re.compile(r"^(.+)/([0-9]{1,15})/([0-9]{1,15})$")
+
+
+def release_parts(key: str) -> tuple[str, int, int] | None:
+    """(query, epoch, window) of a release key of the engine's form ``<query>/<epoch>/<window>`` (1 ≤ window < 2²¹ —
+    a horizon is at most 2²⁰ —, epoch < 2³¹), else None (such keys keep their record for good)."""
+    m = _RELEASE_KEY.match(key)
+    if m is None or not 1 <= int(m.group(3)) < 1 << 21 or int(m.group(2)) >= 1 << 31:
+        return None
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
+def release_digest(record: bytes) -> bytes:
+    """The 16-byte digest the release log keeps of a record: SHA-256 truncated to 128 bits."""
+    return hashlib.sha256(record).digest()[:16]
+
+
+def trimmed_marker(digest: bytes) -> bytes:
+    """What the release log answers for a record it dropped (retention): no record starts with a NUL byte."""
+    return b"\x00streamdp: release record dropped by the release log's retention; sha256/128 " + digest.hex().encode()
 
 
 def check_digest(digest) -> str | None:

@@ -318,3 +318,27 @@ def _slot_group_call(st, user, fence):
              *_bulks([b"x:engine:x", b"2", b"1", b"1", b"2", b"0", b"0", b"0", b"0", b"0", b"", D2.encode(), b"1",
                       b"%d" % fence.epoch, b"C", b"10", b"0", b"0", b"0", b"0", b"0", b"1"])]
     return _Call(2, len(parts), b"".join(parts), slot)
+
+
+def test_on_a_cluster_a_copy_overtaken_between_its_meta_step_and_its_slot_groups_charges_once(redis_cluster_url):
+    """Found by the concurrency audit: a cluster admit reads the replay-digest record (another hash slot) before its
+    slot groups run. If the record is still absent then, and meanwhile another copy of the same batch completes and
+    moves the user to the next window, the user's state is a stale one when the late copy's group runs: judged
+    'untrusted' at the meta step, it was charged again. The groups now leave such users to the client, which reads
+    the record after them."""
+    a = RedisBudgetStore.from_url(redis_cluster_url, default_budget=c(100))
+    b = RedisBudgetStore.from_url(redis_cluster_url, default_budget=c(100))
+    users = [f"o{i}" for i in range(50)]
+    real = b._exec_meta
+
+    def overtaken(name, keys, args):
+        out = real(name, keys, args)
+        if name == "admit_begin" and args[0] == "1":  # b's meta step is done: a runs windows 1 and 2 to the end
+            assert a.admit("engine:x", 1, users, c(3), digest=D1).all()
+            assert a.admit("engine:x", 2, users, c(4), digest=D2).all()
+        return out
+
+    b._exec_meta = overtaken
+    assert b.admit("engine:x", 1, users, c(3), digest=D1).all()  # its groups meet every user at window 2
+    for u in users:
+        assert a.get_user(u).spent[0] == 3 + 4, u

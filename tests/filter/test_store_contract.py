@@ -557,3 +557,34 @@ def test_a_fenced_admit_or_settle_is_refused_and_writes_nothing(make_store):
     other = st.claim_fence("ckpt:g:other")  # fences of other names are independent
     assert st.admit("q", 3, ["c"], vec(zcdp_rho=1), fence=other).tolist() == [True]
     assert st.admit("q", 3, ["d"], vec(zcdp_rho=1), fence=f2).tolist() == [True]
+
+
+# ---- release-log retention ----------------------------------------------------------------------------------------
+
+
+def test_the_release_log_keeps_digests_for_good_and_records_of_the_latest_windows(make_store):
+    """Retention (store.py, "release log"): records of the latest N windows of each query, a digest of every one.
+    A window whose record was dropped still refuses a different record (no re-noise) and accepts the same one."""
+    st = make_store()
+    st.release_bodies_kept = 3
+    recs = {f"q/{e}/{t}": f'{{"window":[{e},{t}]}}'.encode() for e in (0, 1) for t in (1, 2, 3)}
+    for k, v in recs.items():
+        assert st.put_release(k, v) == v
+    st.put_release("r/0/1", b"other query")
+    st.put_release("legacy|0|1", b"not the engine's key form: kept for good")
+    kept = ["q/1/1", "q/1/2", "q/1/3"]
+    for k, v in recs.items():
+        got = st.get_release(k)
+        if k in kept:
+            assert got == v
+        else:
+            assert got is not None and got.startswith(b"\x00") and got != v  # dropped: a marker, never a record
+            assert st.put_release(k, v) == v  # the same record again: accepted (its digest matches)
+            assert st.put_release(k, v + b" ") != v + b" "  # another one: refused (the caller sees a conflict)
+            assert st.get_release(k).startswith(b"\x00")  # and the record stays dropped
+    assert st.get_release("r/0/1") == b"other query" and st.get_release("legacy|0|1").startswith(b"not")
+    assert st.put_release("q/1/2", b"changed") == recs["q/1/2"]  # first write wins, as before
+    assert st.get_release("q/0/9") is None
+    for i in range(1, 6):  # other queries are trimmed by their own windows
+        st.put_release(f"r/0/{i + 1}", b"x%d" % i)
+    assert st.get_release("r/0/1").startswith(b"\x00") and st.get_release("q/1/1") == recs["q/1/1"]

@@ -57,6 +57,7 @@ import numpy as np
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import join_logs, split_logs
 from streamdp.engine.engine import ReleaseConflict
+from streamdp.filter import redis_scripts
 from streamdp.filter.memory import ledger_entry_json
 from streamdp.filter.store import BudgetStore, Fence, Fenced, StoreError, StoreLost, UserBudget
 
@@ -67,9 +68,11 @@ CHECKPOINT_FORMAT = 2  # 2: append logs in their own keys (format 1, one state b
 
 # KEYS: 1 checkpoint hash, 2 ledger stream, 3 … 2+nr release-log keys, then one key per append log
 # ARGV: 1 owner, 2 state (without its append logs), 3 offsets json, 4 pending, 5 info json, 6 nl ledger entries,
-#       7 nr release records, 8 logs manifest json ({name: {"key", "len"}}), then the nl ledger entries, then the nr
-#       release records, then per append log: mode ('A' append / 'S' set), the length it must have before an
-#       append, the bytes to append or set
+#       7 nr release records, 8 logs manifest json ({name: {"key", "len"}}), 9 the records kept per query (the
+#       release log's retention), then the nl ledger entries, then per release record 8 strings: the record and
+#       its retention arguments (RedisBudgetStore.release_args: digest, digest key, order key, offset, score,
+#       member, record-key prefix — keys of the store's hash slot), then per append log: mode ('A' append / 'S'
+#       set), the length it must have before an append, the bytes to append or set
 # Every check (owner, key types, release-log conflicts, append-log lengths, the old manifest) comes before the first
 # write: an error leaves nothing half-written.
 _OWNER_LUA = """
@@ -84,7 +87,7 @@ if owner ~= ARGV[1] then
 end
 """
 
-CHECKPOINT_LUA = _OWNER_LUA + """
+CHECKPOINT_LUA = redis_scripts.RELEASE_HELPERS + _OWNER_LUA + """
 local lt = redis.call('TYPE', KEYS[2])['ok']
 if lt ~= 'none' and lt ~= 'stream' then return redis.error_reply('WRONGTYPE ledger ' .. KEYS[2] .. ' is not a stream') end
 local ver = redis.call('HGET', KEYS[1], 'version')
@@ -98,13 +101,18 @@ if old then
 end
 local nl = tonumber(ARGV[6])
 local nr = tonumber(ARGV[7])
-local rbase = 8 + nl
-local lbase = rbase + nr
+local keep = tonumber(ARGV[9])
+local rbase = 9 + nl
+local lbase = rbase + 8 * nr
+local fresh = {}
 for i = 1, nr do
-  local old = redis.call('GET', KEYS[2 + i])
-  if old and old ~= ARGV[rbase + i] then
+  local a = rbase + 8 * (i - 1)
+  local old, d, e = rel_read(KEYS[2 + i], ARGV[a + 3], ARGV[a + 4], tonumber(ARGV[a + 5]))
+  if e then return redis.error_reply(e) end
+  if (old and old ~= ARGV[a + 1]) or (d and d ~= ARGV[a + 2]) then
     return redis.error_reply('CONFLICT release log holds a different record for ' .. KEYS[2 + i])
   end
+  fresh[i] = not old and not d
 end
 local nlogs = #KEYS - 2 - nr
 for j = 1, nlogs do
@@ -118,10 +126,14 @@ for j = 1, nlogs do
   end
 end
 for i = 1, nr do
-  redis.call('SET', KEYS[2 + i], ARGV[rbase + i])
+  if fresh[i] then
+    local a = rbase + 8 * (i - 1)
+    rel_write(KEYS[2 + i], ARGV[a + 3], ARGV[a + 4], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 5]), ARGV[a + 6],
+              ARGV[a + 7], keep, ARGV[a + 8])
+  end
 end
 for i = 1, nl do
-  redis.call('XADD', KEYS[2], '*', 'e', ARGV[8 + i])
+  redis.call('XADD', KEYS[2], '*', 'e', ARGV[9 + i])
 end
 local live = {}
 for j = 1, nlogs do
@@ -317,10 +329,14 @@ class RedisCheckpoint:
                 log_args += ["S", "0", new]
                 sent += len(new)
         manifest = json.dumps({n: {"key": k, "len": len(logs[n])} for n, k in zip(names, log_keys)})
+        rel_args = []
+        for k in rel_keys:
+            ra = self.store.release_args(k, releases[k])
+            rel_args += [releases[k], *ra[:5], ra[5], ra[7]]  # (the store's keep goes once, below)
         args = [self.owner or "", blob,
                 json.dumps({str(p): int(o) for p, o in sorted(offsets.items())}), encode_pending(pending),
                 json.dumps(dict(info, time=time.time())), str(len(ledger_js)), str(len(rel_keys)), manifest,
-                *ledger_js, *[releases[k] for k in rel_keys], *log_args]
+                str(self.store.release_bodies_kept), *ledger_js, *rel_args, *log_args]
         try:
             v = self._call(lambda: self._script("ckpt", CHECKPOINT_LUA)(keys=keys, args=args))
         except BaseException:
