@@ -81,10 +81,18 @@ end
 
 local function err(code, text) return redis.error_reply(code .. ' ' .. text) end
 
+-- the error of a failed read (redis.pcall's error table): a key of another type is WRONGTYPE naming it; anything
+-- else (a cluster node that does not serve the key's slot any more, …) is passed on as it is, for the client
+local function read_error(r, what)
+  local m = r.err or tostring(r)
+  if string.find(m, 'WRONGTYPE', 1, true) then return err('WRONGTYPE', what) end
+  return redis.error_reply(m)
+end
+
 -- the fence record on a single Redis: field 'fence' of a hash, which must hold exactly this epoch
 local function fence_hash(key, epoch)
   local f = redis.pcall('HGET', key, 'fence')
-  if type(f) == 'table' then return err('WRONGTYPE', 'fence record ' .. key .. ' is not a hash') end
+  if type(f) == 'table' then return read_error(f, 'fence record ' .. key .. ' is not a hash') end
   if not f then
     if redis.call('EXISTS', key) == 0 then
       return err('LOST', 'fence record ' .. key .. ' is gone: the store lost its state')
@@ -98,7 +106,7 @@ end
 -- a slot's copy of a fence on a Redis Cluster: refused if it holds a later epoch; returns (error, raise?)
 local function fence_slot(key, epoch)
   local f = redis.pcall('GET', key)
-  if type(f) == 'table' then return err('WRONGTYPE', 'fence copy ' .. key .. ' is not a string'), false end
+  if type(f) == 'table' then return read_error(f, 'fence copy ' .. key .. ' is not a string'), false end
   if f then
     local fn = tonumber(f)
     if not fn or not string.find(f, '^%d+$') then return err('CORRUPT', 'fence copy ' .. key .. ': ' .. f), false end
@@ -161,13 +169,18 @@ end
 """
 
 
-#: KEYS = meta keys (``nmeta`` of them), then the user keys:
-#:   mode 'S' (single Redis): [default hash, replay-digest set of the scope, the fence hash (iff a fence)];
-#:   mode 'C' (a hash-slot group of a Redis Cluster): [the slot's fence copy (iff a fence)].
+#: Mode 'S' (single Redis): KEYS = [default hash, replay-digest set of the scope, the fence hash (iff a fence),
+#: then the user keys]; ``nmeta`` = 2 or 3.
+#: Mode 'C' (a Redis Cluster): KEYS = [] and the user keys travel in ARGV — one call per primary for the users of
+#: the hash slots it serves (a script without flags may use keys it did not declare, of any slot the node serves;
+#: declared keys of several slots would be refused, CROSSSLOT). A key whose slot is not served here (a slot that
+#: moved or is migrating) is an error at its first read, before any write: the client refreshes the slot map and
+#: sends the batch again (safe by construction).
 #: ARGV = [scope field, seq, m, w, m cost vectors (6 decimal strings each), index string (w bytes per user when
 #: m > 1, else empty), replay digest ('' = none), nmeta, fence epoch ('' = none), mode; mode 'C' adds the default
-#: budget (6 decimal strings, read by the client from the default hash in this admit) and 'R' or 'N': what to do
-#: with a stale candidate (below)].
+#: budget (6 decimal strings, read by the client from the default hash in this admit), 'R' or 'N' (what to do with a
+#: stale candidate, below), the number F of fence copies, the F fence copies of the slots of these users (iff a
+#: fence), then the user keys].
 #: Returns a string with one character per user: '1' admitted; 'h' refused, and the user is halted with a refusal
 #: (or no) state in this scope, which is permanent: every later admit of the user in this scope, of this seq or a
 #: later one, is refused without a write (the store may answer it without asking Redis); '0' refused, nothing
@@ -193,10 +206,10 @@ end
 #: ``T`` when a later seq was already recorded as it was made (a reach-back: its first run left no digest), else
 #: ``C``. An admit is trusted iff the record exists, is its digest and is ``C``. On a single Redis the first chunk
 #: that finds no record writes it (after its own checks) and is not trusted itself; later chunks and calls read it.
-#: On a cluster the record lives in another hash slot, so a slot group cannot read it when it runs: with 'R' it
-#: answers ``'s'`` for a user rule 2 would apply to (a digest, a tagged state of a later seq) and writes nothing
-#: for them; the client, after every group (and ADMIT_RECORD), reads the record once and answers them '1' if the
-#: admit is trusted, else sends them again with 'N' (judged as new). The record is immutable once written, so
+#: On a cluster the record lives in the meta keys' hash slot, on some primary, so a call on another cannot read it
+#: when it runs: with 'R' it answers ``'s'`` for a user rule 2 would apply to (a digest, a tagged state of a later
+#: seq) and writes nothing for them; the client, after every call (and ADMIT_RECORD), reads the record once and
+#: answers them '1' if the admit is trusted, else sends them again with 'N' (judged as new). The record is immutable once written, so
 #: reading it later decides as reading it when the group ran would (standalone chunks read it as they run): a
 #: tagged state of a later seq was written by a copy that had recorded this seq before going on.
 #: Recording forgets the seqs below ``seq - DIGEST_KEEP``. (Why the first call's other chunks may be trusted: a
@@ -228,6 +241,7 @@ if dg ~= '' then head = seqs .. ':' .. tag end
 
 -- 1. the meta keys, read and checked
 local d, trusted, member, raise = nil, true, nil, false
+local ub = nil                                       -- mode 'C': the user keys are ARGV[ub + 1 …]
 local dname = 'passed by the client'
 if mode == 'S' then
   if fence ~= '' then
@@ -235,11 +249,11 @@ if mode == 'S' then
     if e then return e end
   end
   d = pcall_('HMGET', KEYS[1], '0', '1', '2', '3', '4', '5')
-  if d.err then return err('WRONGTYPE', 'default budget ' .. KEYS[1] .. ' is not a hash') end
+  if d.err then return read_error(d, 'default budget ' .. KEYS[1] .. ' is not a hash') end
   dname = KEYS[1]
   if dg ~= '' then
     local first = pcall_('ZRANGEBYSCORE', KEYS[2], seqs, seqs, 'LIMIT', 0, 1)
-    if first.err then return err('WRONGTYPE', 'replay digests ' .. KEYS[2] .. ' is not a sorted set') end
+    if first.err then return read_error(first, 'replay digests ' .. KEYS[2] .. ' is not a sorted set') end
     first = first[1]
     if not first then                                -- the first admit of (scope, seq): record it (below)
       trusted = false
@@ -251,11 +265,15 @@ if mode == 'S' then
     end
   end
 else
-  if fence ~= '' and nmeta == 1 then
-    local e
-    e, raise = fence_slot(KEYS[1], fence)
+  local nf = tonumber(ARGV[t0 + 13])
+  raise = {}
+  for f = 1, nf do                                   -- the fence's copy in each slot of these users
+    local fk = ARGV[t0 + 13 + f]
+    local e, up = fence_slot(fk, fence)
     if e then return e end
+    if up then raise[#raise + 1] = fk end
   end
+  ub = t0 + 13 + nf
   d = {ARGV[t0 + 6], ARGV[t0 + 7], ARGV[t0 + 8], ARGV[t0 + 9], ARGV[t0 + 10], ARGV[t0 + 11]}
   trusted = false
 end
@@ -270,7 +288,9 @@ for i = 1, 6 do
 end
 
 local SF = {'s0', 's1', 's2', 's3', 's4', 's5'}
-local n = #KEYS - nmeta
+local UK, uo = KEYS, nmeta                           -- user u's key: UK[uo + u]
+if ub then UK, uo = ARGV, ub end
+local n = #UK - uo
 -- memo: remember per-value outcomes (see ADMIT's doc) while cost vectors are shared by several users; checked
 -- after 512 users: if the lookups missed more often than they hit, off for the rest of the call
 local memo = m * 8 <= n
@@ -344,14 +364,14 @@ local nw = 0
 -- 2. pass 1: read, validate and decide every user (no write)
 local out = {}
 for u = 1, n do
-  local k = KEYS[nmeta + u]
+  local k = UK[uo + u]
   local j = 1
   if m > 1 then j = index_of(ix, w, u) end
   if u == 512 and memo and misses > hits then memo = false end
   local v
   if whole then
     local a = pcall_('HGETALL', k)
-    if a.err then return err('WRONGTYPE', 'user record ' .. k .. ' is not a hash') end
+    if a.err then return read_error(a, 'user record ' .. k .. ' is not a hash') end
     local na = #a
     v = hv
     v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9] = false, false, false, false, false, false, false, false, false
@@ -364,7 +384,7 @@ for u = 1, n do
     if nread > 10 * u + 40 then whole = false end
   else
     v = pcall_('HMGET', k, xf, 'h', 's0', 's1', 's2', 's3', 's4', 's5', 'b0')
-    if v.err then return err('WRONGTYPE', 'user record ' .. k .. ' is not a hash') end
+    if v.err then return read_error(v, 'user record ' .. k .. ' is not a hash') end
     if v[9] then
       local b = call('HMGET', k, 'b1', 'b2', 'b3', 'b4', 'b5')
       v[10], v[11], v[12], v[13], v[14] = b[1], b[2], b[3], b[4], b[5]
@@ -470,14 +490,16 @@ for u = 1, n do
 end
 
 -- 3. pass 2: the writes
-if raise then call('SET', KEYS[1], fence) end        -- a claim the slot had not heard of yet
+if raise then                                        -- claims these slots had not heard of yet
+  for f = 1, #raise do call('SET', raise[f], fence) end
+end
 if member then
   call('ZADD', KEYS[2], seqs, member)
   call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%d', seq - DIGEST_KEEP))
 end
 local REFUSED = head .. ' 0 0'
 for t = 1, nw do
-  local k = KEYS[nmeta + wu[t]]
+  local k = UK[uo + wu[t]]
   local kind = wk[t]
   if kind == 'A' then
     local j = wj[t]
@@ -519,7 +541,7 @@ if fence ~= '' then
   if e then return e end
 end
 local d = redis.pcall('HMGET', KEYS[1], '0', '1', '2', '3', '4', '5')
-if d.err then return err('WRONGTYPE', 'default budget ' .. KEYS[1] .. ' is not a hash') end
+if d.err then return read_error(d, 'default budget ' .. KEYS[1] .. ' is not a hash') end
 if not (d[1] or d[2] or d[3] or d[4] or d[5] or d[6]) then
   return err('NODEFAULT', 'the default budget ' .. KEYS[1] .. ' is missing')
 end
@@ -531,7 +553,7 @@ end
 local trusted, fresh = '1', '0'
 if dg ~= '' then
   local first = redis.pcall('ZRANGEBYSCORE', KEYS[2], seqs, seqs, 'LIMIT', 0, 1)
-  if first.err then return err('WRONGTYPE', 'replay digests ' .. KEYS[2] .. ' is not a sorted set') end
+  if first.err then return read_error(first, 'replay digests ' .. KEYS[2] .. ' is not a sorted set') end
   first = first[1]
   if not first then
     trusted, fresh = '0', '1'
@@ -562,11 +584,11 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', seq -
 return 1
 """
 
-#: KEYS = meta keys (``nmeta``: the fence hash on a single Redis, the slot's fence copy on a cluster, iff a
-#: fence), then the user keys.
+#: Single Redis ('S'): KEYS = [the fence hash (iff a fence: nmeta = 1), then the user keys]. Cluster ('C'): KEYS =
+#: [], the fence copies and the user keys in ARGV (as for ADMIT).
 #: ARGV = [scope field, seq, m, w, m actual-cost vectors (6 decimal strings each), index string (as for ADMIT),
 #: mode ('1': only validate, write nothing), tag ('' = settle the open reservation of seq whatever its tag), nmeta,
-#: fence epoch ('' = none), 'S' / 'C' (single Redis / cluster slot group)]
+#: fence epoch ('' = none), 'S' / 'C'; 'C' adds F, the F fence copies (iff a fence), then the user keys]
 #: Returns 0 on success, or the 1-based position of the first user whose actual cost exceeds the reservation
 #: (then nothing was written). Errors as ADMIT's (FENCED, LOST, CORRUPT, WRONGTYPE), nothing written.
 #:
@@ -590,11 +612,22 @@ local nmeta = tonumber(ARGV[t0 + 4])
 local fence = ARGV[t0 + 5]
 local mode = ARGV[t0 + 6]
 local call, pcall_ = redis.call, redis.pcall
-local raise = false
-if fence ~= '' then
-  local e
-  if mode == 'S' then e = fence_hash(KEYS[1], fence) else e, raise = fence_slot(KEYS[1], fence) end
-  if e then return e end
+local raise = {}
+local UK, uo = KEYS, nmeta                           -- user u's key: UK[uo + u]
+if mode == 'S' then
+  if fence ~= '' then
+    local e = fence_hash(KEYS[1], fence)
+    if e then return e end
+  end
+else
+  local nf = tonumber(ARGV[t0 + 7])
+  for f = 1, nf do
+    local fk = ARGV[t0 + 7 + f]
+    local e, up = fence_slot(fk, fence)
+    if e then return e end
+    if up then raise[#raise + 1] = fk end
+  end
+  UK, uo = ARGV, t0 + 7 + nf
 end
 local costs, suffix = {}, {}
 for j = 1, m do
@@ -609,7 +642,7 @@ for j = 1, m do
   costs[j] = c
   if zero then suffix[j] = ' 1 0' else suffix[j] = ' 1 0 ' .. table.concat(c, ' ') end
 end
-local n = #KEYS - nmeta
+local n = #UK - uo
 local ZERO6 = {'0', '0', '0', '0', '0', '0'}
 local STATE = '^((%-?%d+):?(%x*)) [01] ([01]) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)$'
 -- RES: state string -> {its reservation (6 strings), its seq[:tag]} if it is an open reservation of the batch being
@@ -621,9 +654,9 @@ local RES, DEL = {}, {}
 local lu, lj, ld, lh = {}, {}, {}, {}
 local nl = 0
 for u = 1, n do
-  local k = KEYS[nmeta + u]
+  local k = UK[uo + u]
   local st = pcall_('HGET', k, xf)
-  if type(st) == 'table' then return err('WRONGTYPE', 'user record ' .. k .. ' is not a hash') end
+  if type(st) == 'table' then return read_error(st, 'user record ' .. k .. ' is not a hash') end
   if st then
     local r = RES[st]
     if r == nil then
@@ -664,7 +697,8 @@ for u = 1, n do
       if not dl then return u end
       for q = 1, #dl, 2 do                           -- the spent fields that change: valid, and >= the decrease
         local s = pcall_('HGET', k, dl[q])
-        if type(s) == 'table' or not s or not amount_ok(s) or not fits(string.sub(dl[q + 1], 2), '0', s) then
+        if type(s) == 'table' then return read_error(s, 'user record ' .. k .. ' is not a hash') end
+        if not s or not amount_ok(s) or not fits(string.sub(dl[q + 1], 2), '0', s) then
           return err('CORRUPT', k .. ' field ' .. dl[q] .. ': ' .. tostring(s) .. ' (below its open reservation)')
         end
       end
@@ -675,9 +709,9 @@ for u = 1, n do
 end
 if check_only then return 0 end
 -- pass 2: lower spent by (reserved - actual) and close the reservations
-if raise then call('SET', KEYS[1], fence) end
+for f = 1, #raise do call('SET', raise[f], fence) end
 for t = 1, nl do
-  local k = KEYS[nmeta + lu[t]]
+  local k = UK[uo + lu[t]]
   local dl = ld[t]
   for q = 1, #dl, 2 do call('HINCRBY', k, dl[q], dl[q + 1]) end
   call('HSET', k, xf, lh[t] .. suffix[lj[t]])
@@ -733,11 +767,21 @@ local Z16 = string.rep('\0', 16)
 -- the stored record (or false) and, if it was dropped, its digest (or false); errors before any write
 local function rel_read(bkey, dkey, zkey, off)
   local body = redis.pcall('GET', bkey)
-  if type(body) == 'table' then return nil, nil, 'WRONGTYPE release record ' .. bkey .. ' is not a string' end
+  if type(body) == 'table' then
+    if string.find(body.err or '', 'WRONGTYPE', 1, true) then
+      return nil, nil, 'WRONGTYPE release record ' .. bkey .. ' is not a string'
+    end
+    return nil, nil, body.err
+  end
   if body then return body, false end
   if dkey == '' then return false, false end
   local d = redis.pcall('GETRANGE', dkey, off, off + 15)
-  if type(d) == 'table' then return nil, nil, 'WRONGTYPE release digests ' .. dkey .. ' is not a string' end
+  if type(d) == 'table' then
+    if string.find(d.err or '', 'WRONGTYPE', 1, true) then
+      return nil, nil, 'WRONGTYPE release digests ' .. dkey .. ' is not a string'
+    end
+    return nil, nil, d.err
+  end
   local zt = redis.call('TYPE', zkey)['ok']
   if zt ~= 'none' and zt ~= 'zset' then return nil, nil, 'WRONGTYPE release order ' .. zkey .. ' is not a sorted set' end
   if #d == 16 and d ~= Z16 then return false, d end

@@ -147,6 +147,13 @@ _SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+clus
 SLOTS = 16384
 _SLOT_TAGS: list[str] | None = None
 _SLOT_ERRORS = ("MovedError", "AskError", "TryAgainError", "ClusterDownError")
+#: a script's error when a key it names (undeclared, see redis_scripts.ADMIT) is not served by the node: the slot map
+#: changed (resharding, failover)
+_NOT_LOCAL = ("non local key", "do not hash to the same slot")
+
+
+class _SlotsMoved(Exception):
+    """A node-grouped call met a slot that its node no longer serves: the slot map was refreshed; group again."""
 
 
 class StoreConfigError(ValueError):
@@ -414,12 +421,14 @@ class RedisBudgetStore(BudgetStore):
         self.r.nodes_manager.initialize()
         self._slot_clients = [None] * SLOTS
 
-    def _exec(self, name: str, calls: list) -> list:
+    def _exec(self, name: str, calls: list, regroup: bool = False) -> list:
         """Run script ``name`` once per call, pipelined per server (a cluster's primaries all at once: every
         request is sent before any reply is read), each call atomic on its own; the results in order. NOSCRIPT:
         the script is loaded on that server and those calls run again; on a cluster a slot that moved (MOVED,
         ASK, TRYAGAIN, CLUSTERDOWN) refreshes the slot map and its calls run again — every script is idempotent by
-        construction. Another error reply is raised after every reply was read (the connections stay in sync).
+        construction (``regroup``: calls whose keys were grouped by node raise :class:`_SlotsMoved` instead, after
+        the refresh, for the caller to group again). Another error reply is raised after every reply was read (the
+        connections stay in sync).
         Requests are packed here (RESP arrays of bulk strings; the keys' bulk strings come pre-packed), which is
         several times faster than the generic packer for batches of 10⁴ keys."""
         redis = self._redis_mod
@@ -444,7 +453,7 @@ class RedisBudgetStore(BudgetStore):
                         packed.append(b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (
                             3 + k.nargs, len(sha), sha, len(nk), nk))
                         packed.append(k.body)
-                    conn.send_packed_command(packed, check_health=False)
+                    conn.send_packed_command([b"".join(packed)], check_health=False)  # one send per server
                 replies = []
                 for (pool, conn), (c, idx) in zip(taken, by_client.values()):
                     for i in idx:
@@ -464,7 +473,8 @@ class RedisBudgetStore(BudgetStore):
                 if isinstance(r, redis.exceptions.NoScriptError):
                     again.append(i)
                     load[id(c)] = c
-                elif isinstance(r, redis.exceptions.ResponseError) and type(r).__name__ in _SLOT_ERRORS:
+                elif isinstance(r, redis.exceptions.ResponseError) and (
+                        type(r).__name__ in _SLOT_ERRORS or any(t in str(r) for t in _NOT_LOCAL)):
                     again.append(i)
                     moved = True
                 elif isinstance(r, redis.exceptions.ResponseError):
@@ -482,6 +492,8 @@ class RedisBudgetStore(BudgetStore):
 
                 time.sleep(min(0.05 * 2 ** attempt, 1.0))  # a slot being migrated or failed over
                 self._refresh_slots()
+                if regroup:
+                    raise _SlotsMoved()
             todo = again
         raise StoreError(f"Redis budget store {self._where()}: script {name} could not run (slots kept moving, or "
                          "NOSCRIPT after SCRIPT LOAD)")
@@ -789,19 +801,40 @@ class RedisBudgetStore(BudgetStore):
     def _digest_key(self, scope: str) -> str:
         return f"{self._meta}digests:{scope}"
 
+    #: how a cluster batch is cut: "node" — one call per primary (chunks of ``chunk`` users) for the users of the
+    #: slots it serves; "slot" — one call per hash slot (measured far slower: BENCHMARKS.md; kept for comparison)
+    cluster_groups = "node"
+
     def _groups(self, n: int, slots: np.ndarray | None) -> list[tuple[int | None, np.ndarray]]:
-        """The calls of a batch of n users: (hash slot or None, positions) — chunks of ``chunk`` users in order on a
-        single Redis, the users of each hash slot (in chunks) on a cluster."""
+        """The calls of a batch of n users: (a hash slot to route by, or None; positions) — chunks of ``chunk``
+        users in order on a single Redis; on a cluster the users of each primary (or of each hash slot, see
+        :attr:`cluster_groups`), in chunks."""
         if slots is None:
             return [(None, np.arange(lo, min(n, lo + self.chunk))) for lo in range(0, n, self.chunk)]
-        order = np.argsort(slots, kind="stable")
-        ss = slots[order]
-        cuts = np.flatnonzero(ss[1:] != ss[:-1]) + 1
+        if self.cluster_groups == "slot":
+            key = slots.astype(np.int64)
+        else:  # the primary serving each user's slot
+            node_of: dict[int, int] = {}
+            slot_node = np.full(SLOTS, -1, dtype=np.int64)
+            for sl in np.unique(slots).tolist():
+                slot_node[sl] = node_of.setdefault(id(self._client_of_slot(sl)), len(node_of))
+            key = slot_node[slots]
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+        cuts = np.flatnonzero(ks[1:] != ks[:-1]) + 1
         out = []
         for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), n]):
             for lo in range(a, b, self.chunk):
-                out.append((int(ss[a]), order[lo:min(b, lo + self.chunk)]))
+                idx = order[lo:min(b, lo + self.chunk)]
+                out.append((int(slots[idx[0]]), idx))
         return out
+
+    def _fence_copies(self, fence: Fence | None, slots: np.ndarray | None, idx: np.ndarray) -> list[bytes]:
+        """A cluster call's count of fence copies and the copies, of the slots of its users (as ARGV bulks)."""
+        if fence is None:
+            return _bulks([b"0"])
+        own = np.unique(slots[idx]).tolist()
+        return _bulks([b"%d" % len(own)]) + [self._fence_frag(fence.name, sl) for sl in own]
 
     @staticmethod
     def _keys_of(frags, slots) -> Callable[[np.ndarray], list[bytes]]:
@@ -820,8 +853,10 @@ class RedisBudgetStore(BudgetStore):
         if (costs == costs[0]).all():
             shared = _bulks([b"1", b"1", *[b"%d" % x for x in costs[0].tolist()], b""])
             return lambda idx: shared
-        if not self.cluster or len(groups) == 1:  # chunks of a single Redis: positions are a range
+        if not self.cluster:  # chunks of a single Redis: positions are a range
             return lambda idx: _bulks(self._cost_args(costs[int(idx[0]):int(idx[-1]) + 1]))
+        if len(groups) <= 3:  # a call per primary: each its own distinct vectors
+            return lambda idx: _bulks(self._cost_args(costs[idx]))
         uniq, inv = _unique_rows(costs)  # once per batch; each call re-indexes its own users' rows
 
         def per(idx: np.ndarray) -> list[bytes]:
@@ -870,13 +905,12 @@ class RedisBudgetStore(BudgetStore):
             d, fresh = begin[:6], begin[7]
 
             def run_groups(gs, how: bytes) -> list:
-                tail = _bulks([dg, b"1" if fence is not None else b"0", epoch, b"C", *d, how])
+                tail = _bulks([dg, b"0", epoch, b"C", *d, how])
                 cs = []
-                for slot, idx in gs:
-                    mk = [self._fence_frag(fence.name, slot)] if fence is not None else []
-                    body = mk + keys_of(idx) + head + cost_of(idx) + tail
-                    cs.append(_Call(len(mk) + idx.size, len(body), b"".join(body), slot))
-                return self._exec("admit", cs)
+                for slot, idx in gs:  # the user keys in ARGV (redis_scripts.ADMIT, mode 'C')
+                    body = head + cost_of(idx) + tail + self._fence_copies(fence, slots, idx) + keys_of(idx)
+                    cs.append(_Call(0, len(body), b"".join(body), slot))
+                return self._exec("admit", cs, regroup=True)
 
             res = [bytearray(r) for r in run_groups(groups, b"R")] if n else []
             if digest is not None and fresh == b"1":
@@ -900,7 +934,15 @@ class RedisBudgetStore(BudgetStore):
                             res[g][i] = c
             return [bytes(r) for r in res]
 
-        res = self._call(attempt)
+        for _ in range(8):
+            try:
+                res = self._call(attempt)
+                break
+            except _SlotsMoved:  # the slot map changed under a node-grouped call: group again (safe to resend)
+                groups = self._groups(n, slots)
+                cost_of = self._group_cost_args(costs, groups)
+        else:
+            raise StoreError(f"Redis budget store {self._where()}: the cluster's slots kept moving")
         for (_, idx), r in zip(groups, res):
             if not isinstance(r, bytes) or len(r) != idx.size:
                 raise StoreError(f"admit script answered {r!r:.40} for {idx.size} users")
@@ -943,37 +985,39 @@ class RedisBudgetStore(BudgetStore):
         groups = self._groups(n, slots)
         cost_of = self._group_cost_args(actual, groups)
         keys_of = self._keys_of(frags, slots)
-        mode = b"C" if self.cluster else b"S"
-        bodies = []
-        for slot, idx in groups:
-            if fence is None:
-                mk = []
-            elif self.cluster:
-                mk = [self._fence_frag(fence.name, slot)]
-            else:
-                mk = _bulks([self._fence_key(fence.name).encode()])
-            bodies.append((slot, idx, mk, keys_of(idx) + head + cost_of(idx)))
-
         def run(check_only: bytes) -> None:  # b"1": validate only, write nothing
             calls = []
-            for slot, idx, mk, body in bodies:
-                tail = _bulks([check_only, tag, b"%d" % len(mk), epoch, mode])
-                parts = mk + body + tail
-                calls.append(_Call(len(mk) + idx.size, len(parts), b"".join(parts), slot))
+            for slot, idx in groups:
+                if not self.cluster:
+                    mk = _bulks([self._fence_key(fence.name).encode()]) if fence is not None else []
+                    parts = mk + keys_of(idx) + head + cost_of(idx) + _bulks([check_only, tag, b"%d" % len(mk),
+                                                                              epoch, b"S"])
+                    calls.append(_Call(len(mk) + idx.size, len(parts), b"".join(parts), None))
+                else:  # the fence copies and user keys in ARGV (redis_scripts.SETTLE, mode 'C')
+                    parts = head + cost_of(idx) + _bulks([check_only, tag, b"0", epoch, b"C"]) + \
+                        self._fence_copies(fence, slots, idx) + keys_of(idx)
+                    calls.append(_Call(0, len(parts), b"".join(parts), slot))
 
             def go():
                 if self.cluster and fence is not None:  # the authoritative fence first (read-only)
                     self._exec_meta("check_fence", [self._fence_key(fence.name)], [str(fence.epoch)])
-                return self._exec("settle", calls)
+                return self._exec("settle", calls, regroup=True)
 
-            for (_, idx, _, _), bad in zip(bodies, self._call(go)):
+            for (_, idx), bad in zip(groups, self._call(go)):
                 if bad:
                     raise ValueError("settle: actual cost exceeds the reservation of user "
                                      f"{name_at(int(idx[int(bad) - 1]))!r}")
 
-        if len(groups) > 1:  # several script calls: validate everything first so that a ValueError changes nothing
-            run(b"1")
-        run(b"0")
+        for _ in range(8):
+            try:
+                if len(groups) > 1:  # several calls: validate everything first so that a ValueError changes nothing
+                    run(b"1")
+                run(b"0")
+                return
+            except _SlotsMoved:
+                groups = self._groups(n, slots)
+                cost_of = self._group_cost_args(actual, groups)
+        raise StoreError(f"Redis budget store {self._where()}: the cluster's slots kept moving")
 
     # ---- release log and ledger ----------------------------------------------------------------------------
     def _release_key(self, key: str) -> str:
