@@ -361,30 +361,37 @@ local hv = {}
 local wu, wj, wk, wv = {}, {}, {}, {}
 local nw = 0
 
--- 2. pass 1: read, validate and decide every user (no write)
+-- 2. pass 1: read, validate and decide every user (no write). One protected call around the whole pass (cheaper
+-- than redis.pcall per read): a read that fails — a key of another type, a cluster node that no longer serves a
+-- key — ends the pass with nothing written; the key being read is named.
 local out = {}
+local ck = nil                                       -- the key being read
+local bset = false                                   -- v[10..14] hold the previous user's b1..b5
+local function pass1()
 for u = 1, n do
   local k = UK[uo + u]
+  ck = k
   local j = 1
   if m > 1 then j = index_of(ix, w, u) end
   if u == 512 and memo and misses > hits then memo = false end
   local v
   if whole then
-    local a = pcall_('HGETALL', k)
-    if a.err then return read_error(a, 'user record ' .. k .. ' is not a hash') end
+    local a = call('HGETALL', k)
     local na = #a
     v = hv
     v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9] = false, false, false, false, false, false, false, false, false
-    v[10], v[11], v[12], v[13], v[14] = false, false, false, false, false
+    if bset then v[10], v[11], v[12], v[13], v[14] = false, false, false, false, false; bset = false end
     for t = 1, na, 2 do
       local fi = FI[a[t]]
-      if fi then v[fi] = a[t + 1] end
+      if fi then
+        v[fi] = a[t + 1]
+        if fi > 9 then bset = true end
+      end
     end
     nread = nread + na
     if nread > 10 * u + 40 then whole = false end
   else
-    v = pcall_('HMGET', k, xf, 'h', 's0', 's1', 's2', 's3', 's4', 's5', 'b0')
-    if v.err then return read_error(v, 'user record ' .. k .. ' is not a hash') end
+    v = call('HMGET', k, xf, 'h', 's0', 's1', 's2', 's3', 's4', 's5', 'b0')
     if v[9] then
       local b = call('HMGET', k, 'b1', 'b2', 'b3', 'b4', 'b5')
       v[10], v[11], v[12], v[13], v[14] = b[1], b[2], b[3], b[4], b[5]
@@ -398,22 +405,23 @@ for u = 1, n do
     if last then
       okc, stag = SO[st], ST[st]
     else
-      local a, t, o = string.match(st, '^(%-?%d+):?(%x*) ([01]) [01]')
-      if not a then return err('CORRUPT', k .. ' field ' .. xf .. ': ' .. st) end
-      last, okc, stag = tonumber(a), o, t
+      -- "<seq>[:<tag>] <ok> <open> …": the seq must be an integer and ok a 0/1 (a damaged tag only fails to match)
+      local p = string.find(st, ' ', 1, true)
+      local c = p and string.find(st, ':', 1, true)
+      if c and c > p then c = nil end
+      last = p and tonumber(string.sub(st, 1, (c or p) - 1))
+      okc = p and string.sub(st, p + 1, p + 1)
+      if not last or last % 1 ~= 0 or (okc ~= '0' and okc ~= '1') then
+        return err('CORRUPT', k .. ' field ' .. xf .. ': ' .. st)
+      end
+      if c then stag = string.sub(st, c + 1, p - 1) else stag = '' end
       if memo then SQ[st], SO[st], ST[st] = last, okc, stag end
     end
   end
   local hf = v[2]
   if hf and hf ~= '1' then return err('CORRUPT', k .. ' field h: ' .. hf) end
   local halted = (hf == '1')
-  for i = 3, 8 do
-    local s = v[i]
-    if s and not VALID[s] then
-      if not amount_ok(s) then return err('CORRUPT', k .. ' field ' .. SF[i - 2] .. ': ' .. s) end
-      VALID[s] = true
-    end
-  end
+  -- the spent fields are checked where they are used (judged below: a memo miss, or every time without the memo)
   if v[9] then
     for i = 9, 14 do
       local s = v[i]
@@ -453,6 +461,7 @@ for u = 1, n do
             local t = mj[i]
             r = t[s]
             if r == nil then
+              if not amount_ok(s) then return err('CORRUPT', k .. ' field ' .. SF[i] .. ': ' .. s) end
               r = judge(s, ci, b[i], cn[i], bn[i])
               t[s] = r
               misses = misses + 1
@@ -460,6 +469,10 @@ for u = 1, n do
               hits = hits + 1
             end
           else
+            if not VALID[s] then
+              if not amount_ok(s) then return err('CORRUPT', k .. ' field ' .. SF[i] .. ': ' .. s) end
+              VALID[s] = true
+            end
             r = judge(s, ci, b[i], cn[i], bn[i])
           end
           if not r then ok = false; break end
@@ -488,6 +501,14 @@ for u = 1, n do
     end
   end
 end
+end
+local done, failed = pcall(pass1)
+if not done then                                     -- a read raised: nothing was written
+  local msg = type(failed) == 'table' and failed.err or tostring(failed)
+  if string.find(msg, 'WRONGTYPE', 1, true) then return err('WRONGTYPE', 'user record ' .. tostring(ck) .. ' is not a hash') end
+  return redis.error_reply(msg)
+end
+if failed then return failed end                     -- a validation error reply (CORRUPT …)
 
 -- 3. pass 2: the writes
 if raise then                                        -- claims these slots had not heard of yet
@@ -649,14 +670,19 @@ local STATE = '^((%-?%d+):?(%x*)) [01] ([01]) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)
 -- settled, else false. DEL[j]: reservation -> {component, '-' .. (reserved - actual), ...} for the components that
 -- change, or false when the actual cost vector j exceeds the reservation.
 local RES, DEL = {}, {}
+local SI = {s0 = 0, s1 = 1, s2 = 2, s3 = 3, s4 = 4, s5 = 5}
+local VS = {}
 -- pass 1: find the open reservations of the batch, check 0 <= actual <= reserved and the spent fields that change
 -- (flat arrays: no table per user)
 local lu, lj, ld, lh = {}, {}, {}, {}
 local nl = 0
+local ck = nil                                       -- the key being read (one protected call: see ADMIT)
+local function pass1()
 for u = 1, n do
   local k = UK[uo + u]
-  local st = pcall_('HGET', k, xf)
-  if type(st) == 'table' then return read_error(st, 'user record ' .. k .. ' is not a hash') end
+  ck = k
+  local hv = call('HMGET', k, xf, 's0', 's1', 's2', 's3', 's4', 's5')  -- the state and the spent fields
+  local st = hv[1]
   if st then
     local r = RES[st]
     if r == nil then
@@ -695,11 +721,15 @@ for u = 1, n do
         dj[r] = dl
       end
       if not dl then return u end
+      local okd = VS[dl]                             -- spent strings known to pass the check below for dl
+      if not okd then okd = {}; VS[dl] = okd end
       for q = 1, #dl, 2 do                           -- the spent fields that change: valid, and >= the decrease
-        local s = pcall_('HGET', k, dl[q])
-        if type(s) == 'table' then return read_error(s, 'user record ' .. k .. ' is not a hash') end
-        if not s or not amount_ok(s) or not fits(string.sub(dl[q + 1], 2), '0', s) then
-          return err('CORRUPT', k .. ' field ' .. dl[q] .. ': ' .. tostring(s) .. ' (below its open reservation)')
+        local s = hv[2 + SI[dl[q]]]
+        if not (s and okd[s] == q) then
+          if not s or not amount_ok(s) or not fits(string.sub(dl[q + 1], 2), '0', s) then
+            return err('CORRUPT', k .. ' field ' .. dl[q] .. ': ' .. tostring(s) .. ' (below its open reservation)')
+          end
+          okd[s] = q
         end
       end
       nl = nl + 1
@@ -707,6 +737,14 @@ for u = 1, n do
     end
   end
 end
+end
+local done, failed = pcall(pass1)
+if not done then
+  local msg = type(failed) == 'table' and failed.err or tostring(failed)
+  if string.find(msg, 'WRONGTYPE', 1, true) then return err('WRONGTYPE', 'user record ' .. tostring(ck) .. ' is not a hash') end
+  return redis.error_reply(msg)
+end
+if failed then return failed end                     -- a validation error, or the position of a user over its reservation
 if check_only then return 0 end
 -- pass 2: lower spent by (reserved - actual) and close the reservations
 for f = 1, #raise do call('SET', raise[f], fence) end
