@@ -366,8 +366,14 @@ local nw = 0
 -- key — ends the pass with nothing written; the key being read is named.
 local out = {}
 local ck = nil                                       -- the key being read
-local bset = false                                   -- v[10..14] hold the previous user's b1..b5
 local function pass1()
+-- locals, not upvalues, on the hot path (Lua 5.1 reads a local from a register, an upvalue through a table)
+local UK, uo, n, m, ix, w, seq, dg, tag, trusted, resolve = UK, uo, n, m, ix, w, seq, dg, tag, trusted, resolve
+local call, FI, hv, SQ, SO, ST, VALID, SF = call, FI, hv, SQ, SO, ST, VALID, SF
+local costs, cnums, nzs, okzs, memos, d, dn, nv = costs, cnums, nzs, okzs, memos, d, dn, nv
+local wu, wj, wk, wv, out, judge, fits, prepare, index_of = wu, wj, wk, wv, out, judge, fits, prepare, index_of
+local memo, hits, misses, whole, nread, nw = memo, 0, 0, whole, 0, 0
+local bset = false                                   -- v[10..14] hold the previous user's b1..b5
 for u = 1, n do
   local k = UK[uo + u]
   ck = k
@@ -501,14 +507,16 @@ for u = 1, n do
     end
   end
 end
+return nil, nw
 end
-local done, failed = pcall(pass1)
+local done, failed, nwrites = pcall(pass1)
 if not done then                                     -- a read raised: nothing was written
   local msg = type(failed) == 'table' and failed.err or tostring(failed)
   if string.find(msg, 'WRONGTYPE', 1, true) then return err('WRONGTYPE', 'user record ' .. tostring(ck) .. ' is not a hash') end
   return redis.error_reply(msg)
 end
 if failed then return failed end                     -- a validation error reply (CORRUPT …)
+nw = nwrites
 
 -- 3. pass 2: the writes
 if raise then                                        -- claims these slots had not heard of yet
@@ -678,6 +686,9 @@ local lu, lj, ld, lh = {}, {}, {}, {}
 local nl = 0
 local ck = nil                                       -- the key being read (one protected call: see ADMIT)
 local function pass1()
+local UK, uo, n, m, ix, w, seq, tag, xf, call = UK, uo, n, m, ix, w, seq, tag, xf, call  -- locals (see ADMIT)
+local RES, DEL, VS, SI, costs, lu, lj, ld, lh, STATE = RES, DEL, VS, SI, costs, lu, lj, ld, lh, STATE
+local nl = 0
 for u = 1, n do
   local k = UK[uo + u]
   ck = k
@@ -737,14 +748,16 @@ for u = 1, n do
     end
   end
 end
+return nil, nl
 end
-local done, failed = pcall(pass1)
+local done, failed, nsettled = pcall(pass1)
 if not done then
   local msg = type(failed) == 'table' and failed.err or tostring(failed)
   if string.find(msg, 'WRONGTYPE', 1, true) then return err('WRONGTYPE', 'user record ' .. tostring(ck) .. ' is not a hash') end
   return redis.error_reply(msg)
 end
 if failed then return failed end                     -- a validation error, or the position of a user over its reservation
+nl = nsettled
 if check_only then return 0 end
 -- pass 2: lower spent by (reserved - actual) and close the reservations
 for f = 1, #raise do call('SET', raise[f], fence) end
