@@ -43,10 +43,12 @@ Redis Cluster (one hash slot for all of them). Fences: field ``fence`` of the ha
 checkpoint hash for the Kafka worker's fence), and on a cluster a copy per hash slot, ``<ns>:{<slot tag>}:fence:
 <name>`` (a string: the highest epoch seen in that slot).
 
-Every script reads and validates everything it will use — key types (``pcall``: a key of another type is an error
-naming it), stored amounts (decimal integers in [0, INT64_MAX]), state strings, the halted flag, the default
-budget — before its first write, so an error leaves nothing half-written. (Redis runs a script atomically but does
-not roll back the writes made before an error.)
+Every script reads and validates everything it will use — key types (a read that raises — a key of another type —
+ends the read pass, and the error names the key), stored amounts (decimal integers in [0, INT64_MAX]; a spent field
+where it is used, memoised per distinct string), state strings, the halted flag, overrides, the default budget —
+in a first pass, and writes in a second one, so an error leaves nothing half-written. (Redis runs a script
+atomically but does not roll back the writes made before an error.) The two passes cost about 0.5–1 µs per user of
+script time over the single pass before (BENCHMARKS.md, "Redis filter").
 """
 
 from __future__ import annotations

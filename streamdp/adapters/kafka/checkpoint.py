@@ -413,15 +413,22 @@ class DeferredReleaseLog(BudgetStore):
     def claim_fence(self, name: str) -> Fence:
         return self.inner.claim_fence(name)
 
-    def _settle_digest(self, scope: str, seq: int, digest: str | None) -> str | None:
-        if digest is not None:
-            return digest
-        last = self._admitted.get(scope)
-        return last[1] if last is not None and last[0] == seq else None
+    def _settle_kw(self, scope: str, seq: int, digest: str | None, fence: Fence | None) -> dict:
+        """A settle's digest (its batch's admit's: the last one of its scope and seq) and fence, as keywords — only
+        those that are set, so that an inner store written before them still works unfenced."""
+        if digest is None:
+            last = self._admitted.get(scope)
+            digest = last[1] if last is not None and last[0] == seq else None
+        return self._kw(digest=digest, fence=fence)
+
+    def _kw(self, **kw) -> dict:
+        if kw.get("fence") is None:
+            kw["fence"] = self.fence()
+        return {k: v for k, v in kw.items() if v is not None}
 
     def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None,
               fence: Fence | None = None) -> np.ndarray:
-        out = self.inner.admit(scope, seq, users, costs, digest=digest, fence=fence or self.fence())
+        out = self.inner.admit(scope, seq, users, costs, **self._kw(digest=digest, fence=fence))
         self._admitted[scope] = (seq, digest)
         if self.after_admit is not None:
             self.after_admit()
@@ -429,13 +436,12 @@ class DeferredReleaseLog(BudgetStore):
 
     def settle(self, scope: str, seq: int, users: Sequence[str], actual, digest: str | None = None,
                fence: Fence | None = None) -> None:
-        self.inner.settle(scope, seq, users, actual, digest=self._settle_digest(scope, seq, digest),
-                          fence=fence or self.fence())
+        self.inner.settle(scope, seq, users, actual, **self._settle_kw(scope, seq, digest, fence))
 
     # by interned ids: the inner store's fast path (BudgetStore's default converts to names)
     def admit_ids(self, scope: str, seq: int, user_ids, costs, table, digest: str | None = None,
                   fence: Fence | None = None) -> np.ndarray:
-        out = self.inner.admit_ids(scope, seq, user_ids, costs, table, digest=digest, fence=fence or self.fence())
+        out = self.inner.admit_ids(scope, seq, user_ids, costs, table, **self._kw(digest=digest, fence=fence))
         self._admitted[scope] = (seq, digest)
         if self.after_admit is not None:
             self.after_admit()
@@ -443,8 +449,7 @@ class DeferredReleaseLog(BudgetStore):
 
     def settle_ids(self, scope: str, seq: int, user_ids, actual, table, digest: str | None = None,
                    fence: Fence | None = None) -> None:
-        self.inner.settle_ids(scope, seq, user_ids, actual, table, digest=self._settle_digest(scope, seq, digest),
-                              fence=fence or self.fence())
+        self.inner.settle_ids(scope, seq, user_ids, actual, table, **self._settle_kw(scope, seq, digest, fence))
 
     def get_user(self, user: str) -> UserBudget | None:
         return self.inner.get_user(user)
