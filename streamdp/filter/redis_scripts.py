@@ -344,8 +344,8 @@ local function prepare(j)
   end
   if memo then memos[j] = {{}, {}, {}, {}, {}, {}} end
 end
--- (memo) state string -> its seq, outcome and tag; stored amounts known valid
-local SQ, SO, ST, VALID = {}, {}, {}, {}
+-- (memo) state string -> its seq, outcome and tag
+local SQ, SO, ST = {}, {}, {}
 local nv = {}    -- the new spent strings of the current user
 -- Reading a user: HGETALL (2 arguments, 2 reply elements per stored field: 0 for a new user) while the users'
 -- hashes are small, else HMGET of the 9 fields this script reads (11 arguments, 9 elements): Redis' cost of a call
@@ -371,7 +371,7 @@ local ck = nil                                       -- the key being read
 local function pass1()
 -- locals, not upvalues, on the hot path (Lua 5.1 reads a local from a register, an upvalue through a table)
 local UK, uo, n, m, ix, w, seq, dg, tag, trusted, resolve = UK, uo, n, m, ix, w, seq, dg, tag, trusted, resolve
-local call, FI, hv, SQ, SO, ST, VALID, SF = call, FI, hv, SQ, SO, ST, VALID, SF
+local call, FI, hv, SQ, SO, ST, SF = call, FI, hv, SQ, SO, ST, SF
 local costs, cnums, nzs, okzs, memos, d, dn, nv = costs, cnums, nzs, okzs, memos, d, dn, nv
 local wu, wj, wk, wv, out, judge, fits, prepare, index_of = wu, wj, wk, wv, out, judge, fits, prepare, index_of
 local memo, hits, misses, whole, nread, nw = memo, 0, 0, whole, 0, 0
@@ -477,10 +477,7 @@ for u = 1, n do
               hits = hits + 1
             end
           else
-            if not VALID[s] then
-              if not amount_ok(s) then return err('CORRUPT', k .. ' field ' .. SF[i] .. ': ' .. s) end
-              VALID[s] = true
-            end
+            if not amount_ok(s) then return err('CORRUPT', k .. ' field ' .. SF[i] .. ': ' .. s) end
             r = judge(s, ci, b[i], cn[i], bn[i])
           end
           if not r then ok = false; break end
