@@ -24,8 +24,9 @@ cluster, where every key that is not a user's shares the hash slot of the tag ``
   copy in each hash slot (:data:`streamdp.filter.redis_scripts.ADMIT`).
 
 Atomicity and exactly-once: :meth:`RedisBudgetStore.admit` and :meth:`RedisBudgetStore.settle` are ONE Lua script
-call per chunk of up to ``chunk`` users (default 10 000) — on a cluster, per hash slot of the batch's users (a
-chunk of one slot's users). Each call is atomic and validates everything before its first write (nothing
+call per chunk of up to ``chunk`` users (default 10 000) — on a cluster, per chunk of the users each primary
+serves (their keys passed as arguments; a slot that moved fails the call before any write, and the batch is grouped
+again and resent). Each call is atomic and validates everything before its first write (nothing
 half-written). A user's outcome is recorded in the user's own hash, tagged with the batch (seq and digest tag), so
 every later copy of any chunk — a retry after a lost reply or a socket timeout (retried here once, on a new
 connection), the late packet of a stalled connection, another owner's replay, the batch cut into other chunks —
@@ -55,7 +56,6 @@ server); ledger appends are not retried (an append whose reply was lost may alre
 
 from __future__ import annotations
 
-import binascii
 import hashlib
 import json
 import logging
@@ -66,6 +66,8 @@ import numpy as np
 
 from streamdp.accounting.cost import N_COMPONENTS, budget_text
 from streamdp.filter import redis_scripts
+from streamdp.filter.redis_setup import (SCHEMES, SLOTS, StoreConfigError, connection_problem, slot_of, slot_tags,
+                                         split_store_params, truthy)
 from streamdp.filter.memory import _merged, check_batch, check_budget, check_id_batch, ledger_entry_json
 from streamdp.filter.store import (RELEASE_BODIES_KEPT, BudgetStore, DefaultBudgetMissing, Fence, Fenced,
                                    StoreError, StoreLost, UserBudget, check_digest, check_fence, digest_tag,
@@ -143,9 +145,6 @@ def _glob_escape(s: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in s)
 
 
-_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
-SLOTS = 16384
-_SLOT_TAGS: list[str] | None = None
 _SLOT_ERRORS = ("MovedError", "AskError", "TryAgainError", "ClusterDownError")
 #: a script's error when a key it names (undeclared, see redis_scripts.ADMIT) is not served by the node: the slot map
 #: changed (resharding, failover)
@@ -154,58 +153,6 @@ _NOT_LOCAL = ("non local key", "do not hash to the same slot")
 
 class _SlotsMoved(Exception):
     """A node-grouped call met a slot that its node no longer serves: the slot map was refreshed; group again."""
-
-
-class StoreConfigError(ValueError):
-    """The store's URL does not fit its server, or the server is configured unsafely (TLS against a plain port or
-    the reverse, an untrusted certificate, an eviction policy other than ``noeviction``): a configuration error
-    (the CLI's exit 2), never retried as an outage. The message names the URL without its credentials."""
-
-
-def slot_of(tag: bytes) -> int:
-    """The Redis Cluster hash slot of a hash tag (CRC16/XMODEM mod 16384, as the server computes it)."""
-    return binascii.crc_hqx(tag, 0) & (SLOTS - 1)
-
-
-def slot_tags() -> list[str]:
-    """For every hash slot, a short hash tag (``f<number>``, the smallest number that lands there) — the names of the
-    per-slot keys a cluster's slot groups need besides user keys (fence copies). Computed once (~170k CRCs)."""
-    global _SLOT_TAGS
-    if _SLOT_TAGS is None:
-        tags: list = [None] * SLOTS
-        left, i = SLOTS, 0
-        while left:
-            t = f"f{i}"
-            s = slot_of(t.encode())
-            if tags[s] is None:
-                tags[s] = t
-                left -= 1
-            i += 1
-        _SLOT_TAGS = tags
-    return _SLOT_TAGS
-
-
-def _split_store_params(url: str) -> tuple[str, dict[str, str]]:
-    """The URL without the store's own query parameters (``assume_noeviction``), and those parameters."""
-    base, q, query = url.partition("?")
-    if not q:
-        return url, {}
-    keep, own = [], {}
-    for part in query.split("&"):
-        k, _, v = part.partition("=")
-        if k == "assume_noeviction":
-            own[k] = v
-        elif part:
-            keep.append(part)
-    return base + ("?" + "&".join(keep) if keep else ""), own
-
-
-def _truthy(v: str) -> bool:
-    if v.lower() in ("1", "true", "yes", "on"):
-        return True
-    if v.lower() in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"assume_noeviction must be 1/true/yes or 0/false/no, got {v!r}")
 
 
 class RedisBudgetStore(BudgetStore):
@@ -286,12 +233,12 @@ class RedisBudgetStore(BudgetStore):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        if not isinstance(url, str) or not url.startswith(_SCHEMES):
+        if not isinstance(url, str) or not url.startswith(SCHEMES):
             raise ValueError(f"url must start with redis://, rediss://, unix://, redis+cluster:// or "
                              f"rediss+cluster://, got {redact_url(str(url))!r}")
-        target, params = _split_store_params(url)
+        target, params = split_store_params(url)
         if "assume_noeviction" in params:
-            assume_noeviction = assume_noeviction or _truthy(params["assume_noeviction"])
+            assume_noeviction = assume_noeviction or truthy(params["assume_noeviction"])
         cluster = target.startswith(("redis+cluster://", "rediss+cluster://"))
         if cluster:
             target = target.replace("+cluster", "", 1)
@@ -306,7 +253,7 @@ class RedisBudgetStore(BudgetStore):
         except (ValueError, TypeError) as e:
             raise ValueError(f"invalid Redis URL {redact_url(url)!r}: {e}") from None
         except redis.exceptions.RedisError as e:  # a cluster client reads the slot map at once
-            problem = _connection_problem(e, target)
+            problem = connection_problem(e, target)
             if problem:
                 raise StoreConfigError(f"Redis budget store {redact_url(url)}: {problem}") from None
             raise StoreError(f"Redis budget store unreachable ({redact_url(url)}): {e}") from e
@@ -370,7 +317,7 @@ class RedisBudgetStore(BudgetStore):
                 client.ping()
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
                 problem = None if isinstance(e, redis.exceptions.AuthenticationError) else \
-                    _connection_problem(e, _split_store_params(self.url)[0].replace("+cluster", "", 1))
+                    connection_problem(e, split_store_params(self.url)[0].replace("+cluster", "", 1))
                 if problem:
                     raise StoreConfigError(f"Redis budget store {self._where()}: {problem}") from None
                 raise StoreError(f"Redis budget store unreachable ({self._where()}): {e}") from e
@@ -509,9 +456,6 @@ class RedisBudgetStore(BudgetStore):
         parts = [k.encode() for k in keys] + [a.encode() for a in args]
         call = _Call(len(keys), len(parts), b"".join(_bulks(parts)), self._meta_slot if self.cluster else None)
         return self._exec(name, [call])[0]
-
-    def _eval(self, name: str, keys: list, args: list):  # kept for callers of earlier versions
-        return self._exec_meta(name, keys, args)
 
     @staticmethod
     def _cost_args(costs: np.ndarray) -> list[bytes]:
@@ -1145,72 +1089,3 @@ class RedisBudgetStore(BudgetStore):
             self.r.close()
         except Exception:  # pragma: no cover - closing a dead connection
             pass
-
-
-def _exception_chain(e: BaseException) -> list[BaseException]:
-    out, seen = [], set()
-    while e is not None and id(e) not in seen:
-        out.append(e)
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return out
-
-
-def _connection_problem(error: BaseException, url: str) -> str | None:
-    """Why a connection failed when the cause is the URL, not an outage — TLS against a server that does not
-    speak it, plain RESP against a TLS port, a certificate the client does not trust — or None (an outage:
-    retried). Plain ``redis://`` failures are probed once with a TLS handshake, ``rediss://`` ones with a PING
-    in clear, to tell a wrong scheme from a server that is down."""
-    import ssl
-    from urllib.parse import urlsplit
-
-    chain = _exception_chain(error)
-    text = " ".join(str(x) for x in chain)
-    if any(isinstance(x, ssl.SSLCertVerificationError) for x in chain) or "CERTIFICATE_VERIFY_FAILED" in text:
-        return ("the server's TLS certificate is not trusted (give the CA with ?ssl_ca_certs=PATH, or check the host "
-                f"name): {text[:200]}")
-    if url.startswith("unix://"):
-        return None
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname or "localhost", parts.port or 6379
-    except ValueError:
-        return None
-    if url.startswith("rediss://"):
-        if _speaks_plain_resp(host, port):
-            return (f"{host}:{port} answers plain RESP, not TLS: use redis:// (not rediss://), or point rediss:// at "
-                    "the server's tls-port")
-        if any(isinstance(x, ssl.SSLError) for x in chain):
-            return f"the TLS handshake with {host}:{port} failed: {text[:200]}"
-        return None
-    if _speaks_tls(host, port):
-        return f"{host}:{port} speaks TLS: use rediss:// (not redis://), with ?ssl_ca_certs=PATH if its CA is private"
-    return None
-
-
-def _speaks_tls(host: str, port: int, timeout: float = 2.0) -> bool:
-    """A TLS handshake (no verification) with host:port succeeds."""
-    import socket
-    import ssl
-
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            with ctx.wrap_socket(s, server_hostname=host):
-                return True
-    except (OSError, ValueError):
-        return False
-
-
-def _speaks_plain_resp(host: str, port: int, timeout: float = 2.0) -> bool:
-    """host:port answers a PING in clear with a RESP reply (``+PONG``, or an error such as ``-NOAUTH``)."""
-    import socket
-
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64)[:1] in (b"+", b"-")
-    except OSError:
-        return False
