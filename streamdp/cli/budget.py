@@ -4,14 +4,15 @@
     streamdp budget list [--exhausted] [--top N] [--notion zcdp|cgp|emd]
     streamdp budget stats [--notion zcdp|cgp|emd]
     streamdp budget ledger [--query Q] [--since T] [--totals]
-    streamdp budget grant USER --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--create]
+    streamdp budget grant USER --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--force] [--create]
                                  [--reason TEXT] [--actor NAME]
-    streamdp budget set-default --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--create]
+    streamdp budget set-default --rho R [--delta D] [--notion zcdp|cgp|emd] --yes [--force] [--create]
                                 [--reason TEXT] [--actor NAME]
     streamdp budget export [--format csv|jsonl]
 
-Every command takes ``--store URL`` (``redis://``, ``rediss://``, ``unix://`` or the path of an embedded store
-file; default: the environment variable ``STREAMDP_STORE``) and ``--json``. A store file must exist — ``grant`` and
+Every command takes ``--store URL`` (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://`` or
+``rediss+cluster://`` for a Redis Cluster, or the path of an embedded store file; default: the environment variable
+``STREAMDP_STORE``) and ``--json``. A store file must exist — ``grant`` and
 ``set-default`` create a missing one only with ``--create`` (a mistyped path is refused, not a new empty store) —
 and ``host:port`` without a scheme is refused: write ``redis://host:port``.
 
@@ -37,7 +38,17 @@ store in their confirmation. ``set-default --rho`` needs ``--delta`` while the n
 new store): a default of ρ > 0 with δ = 0 halts every user of a query that charges δ. Only that notion's values are
 changed, atomically against the store's current ones (a concurrent change of another notion stands). A ``grant``
 gives the user an override of their WHOLE budget: the other notions keep the values they have at that moment and no
-longer follow ``set-default``.
+longer follow ``set-default``. A budget below what a user has already spent halts that user for good at their next
+charged window (a halt is permanent: no later grant resumes them), so ``grant`` below the user's spend, and
+``set-default`` below the spend of users who follow the default, are refused unless ``--force`` (``set-default``
+says how many users it would halt).
+
+``export`` writes the amounts as exact decimals of the fixed-point integers (a spend one grid unit above a budget
+reads above it; multiplying by 10¹² — 10¹⁸ for δ — gives the stored integers back), ``inf`` for unlimited. In CSV a
+user id that starts with ``=``, ``+``, ``-``, ``@``, a tab, a carriage return or ``'`` is written with a ``'`` in
+front (OWASP's defence against formula injection when the file is opened in a spreadsheet; remove one leading
+``'`` to get the id back); every cell is quoted. Text output escapes control and formatting characters in user ids (``\x1b``,
+``\u202e``; a backslash as ``\\``), so that a producer-chosen id cannot drive the terminal.
 Errors (unreachable store, unknown user, bad URL) print one line on stderr and exit non-zero: 1 for a failed
 operation, 2 for a usage error.
 """
@@ -63,13 +74,13 @@ from streamdp.accounting.cost import (DELTA_SCALE, INT64_MAX, LOSS_SCALE, NOTION
 from streamdp.accounting.report import DEFAULT_DELTA_PRIME, DEFAULT_GP_WITHIN_KM, as_dp, as_gp
 from streamdp.cli.arguments import plain_help, positive_int
 from streamdp.cli.main import CLIError
-from streamdp.filter.store import BudgetStore, StoreError, UserBudget
+from streamdp.filter.store import BudgetStore, DefaultBudgetMissing, StoreError, UserBudget
 from streamdp.input.events import MAX_USER_LEN
 from streamdp.outputs.ledger_totals import ledger_totals
 
 __all__ = ["register", "user_json", "used_fraction"]
 
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
 #: ``localhost:6379``, ``10.0.0.5:6379/0``, ``[::1]:6379``: a Redis address without its scheme, not a file name
 _HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}(?:/\d*)?")
 _BINS = 10
@@ -141,6 +152,49 @@ def _num(x: float | None) -> str:
     return f"{x:.6g}"
 
 
+def exact_decimal(v: int, scale: int) -> str:
+    """A fixed-point amount as its exact decimal (integer arithmetic, no float): 250000000000 at 10¹² → ``0.25``."""
+    v = int(v)
+    sign = "-" if v < 0 else ""
+    whole, frac = divmod(abs(v), scale)
+    digits = len(str(scale)) - 1
+    text = f"{whole}.{frac:0{digits}d}".rstrip("0").rstrip(".")
+    return sign + text
+
+
+def _exact_budget(v: int, scale: int) -> str:
+    return "inf" if int(v) == INT64_MAX else exact_decimal(v, scale)
+
+
+#: control characters (C0, DEL, C1), format characters (bidi overrides, zero-width) and line/paragraph separators:
+#: printed raw they move the cursor, recolour or reorder the terminal's text
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+                          r"\u2066-\u206f\ufeff\ufff9-\ufffb\\]")
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal: control and formatting characters escaped (``\x1b``, ``\u202e``), and the backslash
+    doubled so that the escape is unambiguous."""
+    def esc(m: re.Match) -> str:
+        c = m.group(0)
+        if c == "\\":
+            return "\\\\"
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _UNPRINTABLE.sub(esc, text)
+
+
+#: a CSV cell starting with one of these is read as a formula by spreadsheets (OWASP, "CSV Injection"); ``'`` too, so
+#: that the escape (a leading ``'``) is unambiguous
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
+
+
+def csv_cell(text: str) -> str:
+    """A producer-chosen text as a CSV cell that no spreadsheet evaluates: prefixed with ``'`` when it starts with a
+    formula character."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def _table(headers: list[str], rows: Iterable[list[str]]) -> str:
     rows = [list(map(str, r)) for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
@@ -185,6 +239,12 @@ def _open_store(args, *, write: bool = False) -> BudgetStore:
     from streamdp.filter.memory import MemoryBudgetStore
 
     create = write and getattr(args, "create", False)
+    from streamdp.filter.memory import check_store_file
+
+    try:  # a device or FIFO (--store /dev/zero) is refused before its lock file is made or a byte is read
+        check_store_file(url)
+    except ValueError as e:
+        raise CLIError(str(e), code=1) from None
     if not os.path.exists(url) and not create:
         # a write to a mistyped path created a new, empty store (default budget 0) and reported success while the
         # real store stayed unchanged (review 12 F5): a new store file is made only on request
@@ -274,7 +334,7 @@ def _show(args, st: BudgetStore) -> int:
     if args.json:
         _print_json({**user_json(rec), "converted": conv})
         return 0
-    print(f"user {rec.user}: {'HALTED' if rec.halted else 'active'}")
+    print(f"user {printable(rec.user)}: {'HALTED' if rec.halted else 'active'}")
     rows = []
     for k, notion in enumerate(NOTIONS):
         if not _in_use(rec.spent, rec.budget, k):
@@ -322,7 +382,7 @@ def _list(args, st: BudgetStore) -> int:
     rows = []
     for r in recs:
         f = used_fraction(r, args.notion)
-        row = [r.user, "HALTED" if r.halted else "active", "-" if f is None else f"{100 * f:.1f}%"]
+        row = [printable(r.user), "HALTED" if r.halted else "active", "-" if f is None else f"{100 * f:.1f}%"]
         for n in notions:
             k = NOTIONS.index(n)
             if _in_use(r.spent, r.budget, k):
@@ -413,8 +473,9 @@ def _ledger(args, st: BudgetStore) -> int:
     for e in entries:
         rest = {k: (_readable_budget(v) if k in ("old", "new") and e.get("type") == "admin" else v)
                 for k, v in e.items() if k not in ("ts", "type", "query", "action")}
-        rows.append([_iso(e.get("ts")), e.get("type", ""), e.get("query") or e.get("action") or "",
-                     json.dumps(rest, separators=(",", ":"), ensure_ascii=False)])
+        rows.append([_iso(e.get("ts")), printable(str(e.get("type", ""))),
+                     printable(str(e.get("query") or e.get("action") or "")),
+                     printable(json.dumps(rest, separators=(",", ":"), ensure_ascii=False))])
     print(_table(["time (UTC)", "type", "query/action", "details"], rows))
     print(f"({len(entries)} entr{'ies' if len(entries) != 1 else 'y'})")
     return 0
@@ -484,12 +545,31 @@ def _save(st: BudgetStore) -> None:
             raise CLIError(f"cannot write budget store file: {e}", code=1) from None
 
 
+def _below_spend(spent: np.ndarray, budget: np.ndarray, comps: list[int]) -> list[int]:
+    """The components among ``comps`` where ``budget`` is below ``spent``."""
+    return [i for i in comps if int(budget[i]) < int(spent[i])]
+
+
+def _component_text(i: int) -> str:
+    notion = NOTIONS[i // 2]
+    what = "δ" if i % 2 else ("α" if notion == "emd" else "ρ")
+    return f"{notion} {what}"
+
+
 @_run
 def _grant(args, st: BudgetStore) -> int:
     _require_yes(args, "grant")
     rec = st.get_user(args.user)
     current = st.default_budget() if rec is None else rec.budget
     b, comps = _new_budget(current, args)
+    if rec is not None and not rec.halted and not args.force:
+        below = _below_spend(rec.spent, b, comps)
+        if below:
+            what = "; ".join(f"{_component_text(i)} spent {exact_decimal(rec.spent[i], SCALES[i])} > new budget "
+                             f"{_exact_budget(b[i], SCALES[i])}" for i in below)
+            raise CLIError(f"refused: {printable(args.user)} has already spent more than this budget ({what}): their "
+                           "next charged window would halt them for good — a halt is permanent, no later grant "
+                           "resumes them. Nothing was changed; re-run with --force to lower the budget anyway")
     st.grant(args.user, b, actor=_actor(args), reason=args.reason, components=comps)
     _save(st)
     rec = st.get_user(args.user)
@@ -497,8 +577,9 @@ def _grant(args, st: BudgetStore) -> int:
         _print_json(user_json(rec))
     else:
         d = _notion_json(rec.spent, rec.budget, NOTIONS.index(args.notion))
-        print(f"granted {args.user}: {args.notion} budget {_num(d['budget'])}, δ budget {_num(d['delta_budget'])}"
-              f"{' (user is HALTED: a grant does not resume it)' if rec.halted else ''} — store {_store_name(st)}")
+        print(f"granted {printable(args.user)}: {args.notion} budget {_num(d['budget'])}, δ budget "
+              f"{_num(d['delta_budget'])}{' (user is HALTED: a grant does not resume it)' if rec.halted else ''}"
+              f" — store {_store_name(st)}")
     return 0
 
 
@@ -517,12 +598,34 @@ def _refuse_kept_zero_delta(args, current: np.ndarray) -> None:
                        f"charges δ in {args.notion}")
 
 
+def _users_following_the_default(st: BudgetStore, lost: bool) -> Iterable[UserBudget]:
+    """Every user without an override (those a new default applies to)."""
+    users = st.iter_users(default=np.zeros(len(SCALES), dtype=np.int64)) if lost else st.iter_users()
+    return (r for r in users if not r.extra.get("override", False))
+
+
 @_run
 def _set_default(args, st: BudgetStore) -> int:
     _require_yes(args, "set-default")
-    current = st.default_budget()
+    lost = False
+    try:
+        current = st.default_budget()
+    except DefaultBudgetMissing:  # restoring a lost default: the notions not given become 0 (said below)
+        current, lost = np.zeros(len(SCALES), dtype=np.int64), True
     _refuse_kept_zero_delta(args, current)
     b, comps = _new_budget(current, args)
+    if not args.force:
+        hit = [r for r in _users_following_the_default(st, lost)
+               if not r.halted and _below_spend(r.spent, b, comps)]
+        if hit:
+            names = ", ".join(printable(r.user) for r in sorted(hit, key=lambda r: r.user)[:5])
+            more = f" and {len(hit) - 5} more" if len(hit) > 5 else ""
+            comp = "/".join(_component_text(i) for i in comps)
+            raise CLIError(f"refused: {len(hit)} user{'s' if len(hit) != 1 else ''} following the default "
+                           f"({names}{more}) {'have' if len(hit) != 1 else 'has'} already spent more than the new "
+                           f"default {comp}: they would be halted for good at their next charged window — a halt is "
+                           "permanent, no later grant resumes them. Nothing was changed; re-run with --force to "
+                           "lower the default anyway (or grant those users their own budget first)")
     st.set_default_budget(b, actor=_actor(args), reason=args.reason, components=comps)
     _save(st)
     b = st.default_budget()
@@ -532,7 +635,26 @@ def _set_default(args, st: BudgetStore) -> int:
         d = _notion_json(None, b, NOTIONS.index(args.notion))
         print(f"default {args.notion} budget {_num(d['budget'])}, δ budget {_num(d['delta_budget'])} "
               f"(users with a per-user grant keep theirs) — store {_store_name(st)}")
+        if lost:
+            print("the store had lost its default budget: the other notions' defaults are now 0 — set each notion in "
+                  "use (`streamdp budget ledger` shows the last values)")
     return 0
+
+
+def _exact_user_json(rec: UserBudget) -> str:
+    """:func:`user_json` as one line of JSON whose numbers are the exact decimals of the fixed-point amounts (an
+    unlimited budget: null)."""
+    parts = [f'"user":{json.dumps(rec.user)}', f'"halted":{"true" if rec.halted else "false"}']
+    for k, notion in enumerate(NOTIONS):
+        if not _in_use(rec.spent, rec.budget, k):
+            continue
+        i, j = 2 * k, 2 * k + 1
+        b, db = _exact_budget(rec.budget[i], SCALES[i]), _exact_budget(rec.budget[j], SCALES[j])
+        parts.append(f'"{notion}":{{"spent":{exact_decimal(rec.spent[i], SCALES[i])},'
+                     f'"budget":{"null" if b == "inf" else b},'
+                     f'"delta_spent":{exact_decimal(rec.spent[j], SCALES[j])},'
+                     f'"delta_budget":{"null" if db == "inf" else db}}}')
+    return "{" + ",".join(parts) + "}"
 
 
 @_run
@@ -542,19 +664,21 @@ def _export(args, st: BudgetStore) -> int:
     out = sys.stdout
     if fmt == "jsonl":
         for r in recs:
-            out.write(json.dumps(user_json(r), allow_nan=False) + "\n")
+            out.write(_exact_user_json(r) + "\n")
         return 0
-    w = csv.writer(out, lineterminator="\n")
+    # every cell quoted: a user id holding a carriage return is one cell (the csv module quotes only the line
+    # terminator's own characters), and OWASP's advice against formula injection (with csv_cell)
+    w = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
     cols = ["user", "halted"]
     for n in NOTIONS:
         cols += [f"{n}_spent", f"{n}_budget", f"{n}_delta_spent", f"{n}_delta_budget"]
     w.writerow(cols)
     for r in recs:
-        row = [r.user, "true" if r.halted else "false"]
+        row = [csv_cell(r.user), "true" if r.halted else "false"]
         for k in range(len(NOTIONS)):
-            d = _notion_json(r.spent, r.budget, k)
-            row += [repr(d["spent"]), "inf" if d["budget"] is None else repr(d["budget"]), repr(d["delta_spent"]),
-                    "inf" if d["delta_budget"] is None else repr(d["delta_budget"])]
+            i, j = 2 * k, 2 * k + 1
+            row += [exact_decimal(r.spent[i], SCALES[i]), _exact_budget(r.budget[i], SCALES[i]),
+                    exact_decimal(r.spent[j], SCALES[j]), _exact_budget(r.budget[j], SCALES[j])]
         w.writerow(row)
     return 0
 
@@ -692,8 +816,8 @@ def register(subparsers) -> None:
     sub.required = True
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", metavar="URL", help="redis://…, rediss://…, unix://… or an embedded store file "
-                                                       "(default: $STREAMDP_STORE)")
+    common.add_argument("--store", metavar="URL", help="redis://…, rediss://…, unix://…, redis+cluster://… or an "
+                                                       "embedded store file (default: $STREAMDP_STORE)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     notion = argparse.ArgumentParser(add_help=False)
     notion.add_argument("--notion", choices=NOTIONS, default=None, help="restrict to one accounting notion")
@@ -735,6 +859,10 @@ def register(subparsers) -> None:
                             + ("" if name == "grant" else "; required while the current default δ is 0") + ")")
         q.add_argument("--notion", choices=NOTIONS, default="zcdp", help="accounting notion (default zcdp)")
         q.add_argument("--yes", action="store_true", help="confirm the change")
+        q.add_argument("--force", action="store_true",
+                       help="apply a budget below what the user has spent (halts them at their next charged window)"
+                       if name == "grant" else "apply a default below what users following it have spent (halts "
+                       "them at their next charged window)")
         q.add_argument("--create", action="store_true",
                        help="with a --store FILE that does not exist: create it (a new store, default budget 0); "
                             "without it a missing file is refused")

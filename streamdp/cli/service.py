@@ -165,8 +165,8 @@ def run_worker(args) -> int:
         url = args.store if args.store is not None else (cfg.store or secret("STREAMDP_STORE"))
     except ConfigError as e:
         raise CLIError(str(e)) from None
-    if not url or not url.startswith(("redis://", "rediss://", "unix://")):
-        raise CLIError("streamdp run needs a Redis budget store (--store redis://HOST:PORT/DB, config `store` or "
+    if not url or not url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")):
+        raise CLIError("streamdp run needs a Redis budget store (--store redis://HOST:PORT/DB or redis+cluster://HOST:PORT, config `store` or "
                        "$STREAMDP_STORE, or $STREAMDP_STORE_FILE naming a file that holds the URL): budgets, the "
                        "release log and checkpoints must outlive the worker")
     k = cfg.kafka
@@ -363,9 +363,10 @@ def open_store_retrying(url: str, budget, wait: float | None, *, sleep=None, clo
     import logging
     import time
 
+    from streamdp.adapters.kafka.topics import EXIT_DEFAULT_BUDGET_MISSING
     from streamdp.cli.main import CLIError
     from streamdp.filter import open_store
-    from streamdp.filter.store import StoreError
+    from streamdp.filter.store import DefaultBudgetMissing, StoreError
 
     sleep = sleep or time.sleep
     clock = clock or time.monotonic
@@ -373,8 +374,10 @@ def open_store_retrying(url: str, budget, wait: float | None, *, sleep=None, clo
     while True:
         try:
             return open_store(url, budget)
-        except ValueError as e:
+        except ValueError as e:  # a malformed URL, a misconfigured server (TLS, eviction policy): exit 2
             raise CLIError(f"cannot open budget store: {e}") from None
+        except DefaultBudgetMissing as e:  # lost, not unreachable: no retry brings it back
+            raise CLIError(str(e), code=EXIT_DEFAULT_BUDGET_MISSING) from None
         except (StoreError, OSError) as e:
             refused = _refused_by_server(e)
             if refused is not None:

@@ -7,7 +7,8 @@ __all__ = ["BudgetStore", "MemoryBudgetStore", "StoreError", "UserBudget", "open
 
 
 def open_store(url: str | None, default_budget=None, *, lock: bool = False) -> BudgetStore:
-    """Open a store from a URL: ``redis://`` / ``rediss://`` (Redis), ``memory://`` or None (in-memory),
+    """Open a store from a URL: ``redis://`` / ``rediss://`` / ``unix://`` (Redis), ``redis+cluster://`` /
+    ``rediss+cluster://`` (a Redis Cluster), ``memory://`` or None (in-memory),
     anything else is a local file path for the embedded store (created if missing). ``lock``: a file store is
     opened for writing — its lock (:mod:`~streamdp.filter.file_lock`) is taken before the file is read and held
     until ``close()``; :class:`~streamdp.filter.file_lock.StoreBusy` if another process holds it."""
@@ -17,12 +18,16 @@ def open_store(url: str | None, default_budget=None, *, lock: bool = False) -> B
 
     if url is None or url == "memory://":
         return MemoryBudgetStore(default_budget)
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    if url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")):
         from streamdp.filter.redis_store import RedisBudgetStore
 
         return RedisBudgetStore.from_url(url, default_budget=default_budget)
     if "://" in url:
-        raise ValueError(f"unsupported store URL scheme: {url!r} (use redis://, rediss://, memory:// or a file path)")
+        raise ValueError(f"unsupported store URL scheme: {url!r} (use redis://, rediss://, redis+cluster://, memory:// "
+                         "or a file path)")
+    from streamdp.filter.memory import check_store_file
+
+    check_store_file(url)  # a device or FIFO is refused before anything (its lock file) is created
     held = StoreFileLock(url).acquire() if lock else None
     try:
         st = MemoryBudgetStore.load(url) if os.path.exists(url) else MemoryBudgetStore(default_budget, path=url)

@@ -6,6 +6,7 @@ Optionally backed by a local file (``save``/``load``; the CLI's ``--store PATH``
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import os
@@ -17,10 +18,45 @@ import numpy as np
 
 from streamdp.accounting.cost import INT64_MAX, N_COMPONENTS
 from streamdp.arrays import put_rows, rows_all, rows_any_nonzero, take_rows
-from streamdp.filter.store import DIGEST_KEEP, BudgetStore, UserBudget, as_cost_matrix, check_digest
+from streamdp.filter.store import (DIGEST_KEEP, RELEASE_BODIES_KEPT, BudgetStore, Fence, Fenced, UserBudget,
+                                   as_cost_matrix, check_digest, check_fence, digest_tag, release_digest,
+                                   release_parts, trimmed_marker)
 
 _NO_SEQ = np.iinfo(np.int64).min
 SEQ_LIMIT = 2**53  # batch sequence numbers are compared as Lua numbers by the Redis store
+
+
+#: The largest budget-store FILE read (the embedded store, ``--store FILE``): it is read whole into memory, so a
+#: bound keeps a wrong path (a device, a huge unrelated file) from exhausting memory. 1 GiB holds about 4 million
+#: users with one scope each; beyond that, use Redis.
+MAX_STORE_FILE_BYTES = 1 << 30
+
+
+def _too_large(path: str) -> str:
+    return (f"{path} is larger than {MAX_STORE_FILE_BYTES >> 20} MiB, the limit of a budget store file (the embedded "
+            "store is read whole into memory): not a streamdp store file, or a store that belongs in Redis")
+
+
+def _check_regular(path: str, st: os.stat_result) -> None:
+    import stat
+
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket"
+                if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise ValueError(f"{path} is {kind}, not a budget store file (a store file is a regular file)")
+    if st.st_size > MAX_STORE_FILE_BYTES:
+        raise ValueError(_too_large(path))
+
+
+def check_store_file(path: str) -> None:
+    """ValueError unless ``path`` is missing or a regular file of at most :data:`MAX_STORE_FILE_BYTES` (checked
+    before a store file is locked or read: ``--store /dev/zero`` read without bound)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    _check_regular(path, st)
 
 
 def check_budget(budget, name: str = "budget") -> np.ndarray:
@@ -113,14 +149,28 @@ def distinct(a: np.ndarray) -> bool:
     return not bool((b[1:] == b[:-1]).any())
 
 
+def tag_value(digest: str | None) -> tuple[np.uint64, int] | None:
+    """The batch tag of a digest (:func:`streamdp.filter.store.digest_tag`: its first 16 hex digits) as (the digits
+    as an unsigned 64-bit integer, padded with zeros on the right, how many digits); None without a digest. Two tags
+    are equal iff both parts are, as the strings are in Redis."""
+    if digest is None:
+        return None
+    t = digest_tag(digest)
+    return np.uint64(int(t.ljust(16, "0"), 16)), len(t)
+
+
 class _ScopeState:
-    __slots__ = ("last_seq", "last_ok", "reserved", "open")
+    """Per user: the last batch applied in the scope (its seq and tag), its outcome, the open reservation."""
+
+    __slots__ = ("last_seq", "last_ok", "reserved", "open", "tag", "taglen")
 
     def __init__(self, cap: int) -> None:
         self.last_seq = np.full(cap, _NO_SEQ, dtype=np.int64)
         self.last_ok = np.zeros(cap, dtype=bool)
         self.reserved = np.zeros((cap, N_COMPONENTS), dtype=np.int64)
         self.open = np.zeros(cap, dtype=bool)  # reservation not yet settled
+        self.tag = np.zeros(cap, dtype=np.uint64)  # the batch's tag (tag_value) …
+        self.taglen = np.zeros(cap, dtype=np.int8)  # … and its length (0: the batch carried no digest)
 
     def grow(self, cap: int) -> None:
         n = self.last_seq.shape[0]
@@ -128,6 +178,8 @@ class _ScopeState:
         self.last_ok = np.concatenate([self.last_ok, np.zeros(cap - n, dtype=bool)])
         self.reserved = np.concatenate([self.reserved, np.zeros((cap - n, N_COMPONENTS), dtype=np.int64)])
         self.open = np.concatenate([self.open, np.zeros(cap - n, dtype=bool)])
+        self.tag = np.concatenate([self.tag, np.zeros(cap - n, dtype=np.uint64)])
+        self.taglen = np.concatenate([self.taglen, np.zeros(cap - n, dtype=np.int8)])
 
 
 def _merged(old: np.ndarray, new: np.ndarray, components) -> np.ndarray:
@@ -158,8 +210,12 @@ class MemoryBudgetStore(BudgetStore):
         self._digests: dict[str, dict[int, tuple[str, str]]] = {}
         self._digest_seqs: dict[str, list[int]] = {}
         self._digest_max: dict[str, int] = {}
-        self._releases: dict[str, bytes] = {}
+        self._releases: dict[str, bytes] = {}  # the records kept (retention: store.py)
+        self._release_digests: dict[str, bytes] = {}  # key → digest, of every record of the engine's key form
+        self.release_bodies_kept = RELEASE_BODIES_KEPT
+        self._release_order: dict[str, list[tuple[int, int, str]]] = {}  # query → its kept records' (epoch, t, key)
         self._ledger: list[dict] = []
+        self._fences: dict[str, int] = {}  # fence name → its current epoch (claim_fence)
         self.path = path
         self._xtable = None  # admit_ids: the caller's name table and its id → store id map (see _table_ids)
         self._xmap = np.full(0, -1, dtype=np.int64)
@@ -238,20 +294,32 @@ class MemoryBudgetStore(BudgetStore):
                             "old": old.tolist(), "new": budget.tolist()})
 
     # ---- admission -----------------------------------------------------------------------------------------
-    def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None) -> np.ndarray:
+    def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None,
+              fence: Fence | None = None) -> np.ndarray:
         users, costs, seq = check_batch(users, costs, seq)
         digest = check_digest(digest)
+        self._check_fence(check_fence(fence))
         if not users:
             return np.zeros(0, dtype=bool)
         ids = self._ids(users)
         return self._admit(scope, seq, ids, costs, digest)
 
-    def _replay_trusted(self, scope: str, seq: int, digest: str | None, sc: _ScopeState, ids: np.ndarray,
-                        last: np.ndarray) -> bool:
-        """May this admit get the replay answers (store.py, "Replay digests"; the rule of the Redis script's doc,
-        for a batch that is one call)? The first admit of (scope, seq) records its digest, tainted if a later seq is
-        already recorded or one of its users' state is of a later seq (either outcome) or an admission at ``seq``,
-        and forgets the digests of seqs below ``seq - DIGEST_KEEP``."""
+    # ---- fences --------------------------------------------------------------------------------------------
+    def claim_fence(self, name: str) -> Fence:
+        fence = check_fence(Fence(name, self._fences.get(name, 0) + 1))
+        self._fences[name] = fence.epoch
+        return fence
+
+    def _check_fence(self, fence: Fence | None) -> None:
+        if fence is not None and self._fences.get(fence.name) != fence.epoch:
+            raise Fenced(f"fence {fence.name!r} is claimed by epoch {self._fences.get(fence.name)}, not "
+                         f"{fence.epoch}: a later owner took over")
+
+    def _replay_trusted(self, scope: str, seq: int, digest: str | None) -> bool:
+        """Is this admit trusted with the stale answer (store.py, "Replay digests")? The first admit of (scope,
+        seq) records its digest — tainted if a later seq of the scope is already recorded — and forgets the digests
+        of seqs below ``seq - DIGEST_KEEP``; it is not trusted itself (the Redis store's later chunks of that first
+        call are, which answers the same: see redis_scripts.ADMIT)."""
         if digest is None:
             return True
         known = self._digests.setdefault(scope, {})
@@ -260,8 +328,7 @@ class MemoryBudgetStore(BudgetStore):
             return first == (digest, "C")
         heap = self._digest_seqs.setdefault(scope, [])
         later = self._digest_max.get(scope, seq) > seq  # the highest recorded seq is never forgotten
-        taint = later or bool(((last > seq) | ((last == seq) & sc.last_ok[ids])).any())
-        known[seq] = (digest, "T" if taint else "C")
+        known[seq] = (digest, "T" if later else "C")
         self._digest_max[scope] = max(self._digest_max.get(scope, seq), seq)
         heapq.heappush(heap, seq)
         while heap[0] < seq - DIGEST_KEEP:
@@ -269,22 +336,31 @@ class MemoryBudgetStore(BudgetStore):
         return False
 
     def _admit(self, scope: str, seq: int, ids: np.ndarray, costs: np.ndarray, digest: str | None) -> np.ndarray:
-        """Admission of the distinct store ids ``ids`` (validated batch)."""
+        """Admission of the distinct store ids ``ids`` (validated batch): copies of a batch already applied to a
+        user get its outcome, trusted stale replays are admitted, everyone else is judged as new (store.py)."""
         sc = self._scope(scope)
+        trusted = self._replay_trusted(scope, seq, digest)
         last = sc.last_seq[ids]
-        if not self._replay_trusted(scope, seq, digest, sc, ids, last) or (last < seq).all():
-            return self._charge(sc, seq, ids, costs)  # a new batch for every user (the usual case)
-        replay_same = last == seq
-        stale = last > seq
-        fresh = ~(replay_same | stale)
+        tag = tag_value(digest)
+        if (last < seq).all():
+            return self._charge(sc, seq, ids, costs, tag)  # a new batch for every user (the usual case)
+        if tag is None:
+            copy = last == seq
+            stale = last > seq
+        else:
+            copy = (last == seq) & (sc.taglen[ids] == tag[1]) & (sc.tag[ids] == tag[0])
+            stale = (last > seq) & (sc.taglen[ids] > 0) if trusted else np.zeros(ids.size, dtype=bool)
+        fresh = ~(copy | stale)
         out = np.empty(ids.size, dtype=bool)
-        out[replay_same] = sc.last_ok[ids[replay_same]]
+        out[copy] = sc.last_ok[ids[copy]]
         out[stale] = True  # a refusal halts for good and is the last state written: earlier seqs were admissions
-        out[fresh] = self._charge(sc, seq, ids[fresh], costs[fresh])
+        out[fresh] = self._charge(sc, seq, ids[fresh], costs[fresh], tag)
         return out
 
-    def _charge(self, sc: _ScopeState, seq: int, fid: np.ndarray, fc: np.ndarray) -> np.ndarray:
-        """Check-and-charge of users with no earlier outcome for this batch (Liang–Yi (adaptive budgeting) Alg. 1 with filter eq. (7))."""
+    def _charge(self, sc: _ScopeState, seq: int, fid: np.ndarray, fc: np.ndarray,
+                tag: tuple[np.uint64, int] | None) -> np.ndarray:
+        """Check-and-charge of users judged as new for this batch (Liang–Yi (adaptive budgeting) Alg. 1 with filter eq. (7)); their state
+        becomes (seq, tag)."""
         halted = self._halted[fid]
         spent = take_rows(self._spent, fid)
         # spent + cost <= budget in every component (Liang–Yi (adaptive budgeting) eq. (7)); computed without overflow
@@ -305,14 +381,19 @@ class MemoryBudgetStore(BudgetStore):
             sc.last_seq[wid] = seq
             sc.last_ok[wid] = wok
             sc.open[wid] = wok
+            sc.tag[wid], sc.taglen[wid] = (0, 0) if tag is None else tag
             return ok
         sc.last_seq[fid] = seq
         sc.last_ok[fid] = ok
         sc.open[fid] = ok
+        sc.tag[fid], sc.taglen[fid] = (0, 0) if tag is None else tag
         return ok
 
-    def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
+    def settle(self, scope: str, seq: int, users: Sequence[str], actual, digest: str | None = None,
+               fence: Fence | None = None) -> None:
         users, actual, seq = check_batch(users, actual, seq, "settle batch")
+        digest = check_digest(digest)
+        self._check_fence(check_fence(fence))
         if not users:
             return
         index = self._index
@@ -321,13 +402,17 @@ class MemoryBudgetStore(BudgetStore):
             return
         pos = np.array([k[0] for k in known])
         ids = np.array([k[1] for k in known])
-        self._settle(scope, seq, pos, ids, actual, users.__getitem__)
+        self._settle(scope, seq, pos, ids, actual, users.__getitem__, digest)
 
-    def _settle(self, scope: str, seq: int, pos: np.ndarray, ids: np.ndarray, actual: np.ndarray, name_at) -> None:
+    def _settle(self, scope: str, seq: int, pos: np.ndarray, ids: np.ndarray, actual: np.ndarray, name_at,
+                digest: str | None = None) -> None:
         """Settle of the known users: batch positions ``pos``, store ids ``ids``; ``name_at(k)`` names the user at
-        batch position ``k`` (for the error message)."""
+        batch position ``k`` (for the error message); with ``digest`` only reservations of that batch."""
         sc = self._scope(scope)
         live = (sc.last_seq[ids] == seq) & sc.open[ids]
+        if digest is not None:
+            tag = tag_value(digest)
+            live &= (sc.taglen[ids] == tag[1]) & (sc.tag[ids] == tag[0])
         if not live.all():
             pos, ids = pos[live], ids[live]
         act = actual[pos]
@@ -374,33 +459,64 @@ class MemoryBudgetStore(BudgetStore):
         return sid
 
     def admit_ids(self, scope: str, seq: int, user_ids: np.ndarray, costs, table,
-                  digest: str | None = None) -> np.ndarray:
+                  digest: str | None = None, fence: Fence | None = None) -> np.ndarray:
         if type(self).admit is not MemoryBudgetStore.admit:  # a subclass's own admit keeps its say
-            return super().admit_ids(scope, seq, user_ids, costs, table, digest=digest)
+            return super().admit_ids(scope, seq, user_ids, costs, table, digest=digest, fence=fence)
         uid, costs, seq = check_id_batch(user_ids, table, costs, seq)
         digest = check_digest(digest)
+        self._check_fence(check_fence(fence))
         n = uid.size
         if n == 0:
             return np.zeros(0, dtype=bool)
         return self._admit(scope, seq, self._table_ids(uid, table, intern=True), costs, digest)
 
-    def settle_ids(self, scope: str, seq: int, user_ids: np.ndarray, actual, table) -> None:
+    def settle_ids(self, scope: str, seq: int, user_ids: np.ndarray, actual, table, digest: str | None = None,
+                   fence: Fence | None = None) -> None:
         if type(self).settle is not MemoryBudgetStore.settle:
-            return super().settle_ids(scope, seq, user_ids, actual, table)
+            return super().settle_ids(scope, seq, user_ids, actual, table, digest=digest, fence=fence)
         uid, actual, seq = check_id_batch(user_ids, table, actual, seq, "settle batch")
+        digest = check_digest(digest)
+        self._check_fence(check_fence(fence))
         if uid.size == 0:
             return
         sid = self._table_ids(uid, table, intern=False)
         pos = np.flatnonzero(sid >= 0)
         if pos.size:
-            self._settle(scope, seq, pos, sid[pos], actual, lambda k: table.names(uid[k:k + 1])[0])
+            self._settle(scope, seq, pos, sid[pos], actual, lambda k: table.names(uid[k:k + 1])[0], digest)
 
     # ---- release log and ledger ----------------------------------------------------------------------------
     def put_release(self, key: str, record: bytes) -> bytes:
-        return self._releases.setdefault(key, bytes(record))
+        record = bytes(record)
+        old = self._releases.get(key)
+        if old is not None:
+            return old
+        d = self._release_digests.get(key)
+        if d is not None:  # recorded, its record dropped: the same record if the digest says so
+            return record if release_digest(record) == d else trimmed_marker(d)
+        self._releases[key] = record
+        parts = release_parts(key)
+        if parts is not None:
+            self._release_digests[key] = release_digest(record)
+            self._trim_releases(*parts, key)
+        return record
+
+    def _trim_releases(self, query: str, epoch: int, t: int, key: str) -> None:
+        """Note the record of (``query``, ``epoch``, ``t``) and drop those of ``query`` beyond the latest
+        ``release_bodies_kept`` windows (their digests stay)."""
+        order = self._release_order.get(query)
+        if order is None:  # (re)built from the records kept, in (epoch, window) order
+            order = self._release_order[query] = sorted(
+                (p[1], p[2], k) for k in self._releases if (p := release_parts(k)) is not None and p[0] == query
+                and k != key)
+        bisect.insort(order, (epoch, t, key))
+        while len(order) > self.release_bodies_kept:
+            del self._releases[order.pop(0)[2]]
 
     def get_release(self, key: str) -> bytes | None:
-        return self._releases.get(key)
+        rec = self._releases.get(key)
+        if rec is None and key in self._release_digests:
+            return trimmed_marker(self._release_digests[key])
+        return rec
 
     def append_ledger(self, entry: dict) -> None:
         self._ledger.append(json.loads(ledger_entry_json(entry)))  # stored as its JSON round trip, like Redis
@@ -420,6 +536,7 @@ class MemoryBudgetStore(BudgetStore):
             halted=bool(self._halted[j]),
             spent=self._spent[j].copy(),
             budget=self._budgets_of(np.array([j]))[0].copy(),
+            extra={"override": bool(self._has_override[j])},
         )
 
     def get_user(self, user: str) -> UserBudget | None:
@@ -443,12 +560,15 @@ class MemoryBudgetStore(BudgetStore):
             "halted": self._halted[:n].tolist(),
             "scopes": {
                 k: {"last_seq": s.last_seq[:n].tolist(), "last_ok": s.last_ok[:n].tolist(),
-                    "reserved": s.reserved[:n].tolist(), "open": s.open[:n].tolist()}
+                    "reserved": s.reserved[:n].tolist(), "open": s.open[:n].tolist(),
+                    "tag": [f"{t:016x}"[:g] if g else None for t, g in zip(s.tag[:n].tolist(), s.taglen[:n].tolist())]}
                 for k, s in self._scopes.items()
             },
             "digests": {k: {str(q): list(g) for q, g in d.items()} for k, d in self._digests.items()},
             "digest_max": self._digest_max,
+            "fences": self._fences,
             "releases": {k: v.decode("latin-1") for k, v in self._releases.items()},
+            "release_digests": {k: v.hex() for k, v in self._release_digests.items()},
             "ledger": self._ledger,
         }
 
@@ -469,11 +589,18 @@ class MemoryBudgetStore(BudgetStore):
                 sc.last_ok[:n] = np.array(s["last_ok"], dtype=bool)
                 sc.reserved[:n] = np.array(s["reserved"], dtype=np.int64)
                 sc.open[:n] = np.array(s["open"], dtype=bool)
+                tags = s.get("tag")  # absent from files of before batch tags: every state untagged
+                if tags is not None:
+                    sc.taglen[:n] = np.array([0 if t is None else len(t) for t in tags], dtype=np.int8)
+                    sc.tag[:n] = np.array([0 if t is None else int(t.ljust(16, "0"), 16) for t in tags],
+                                          dtype=np.uint64)
         for k, dg in d.get("digests", {}).items():
             st._digests[k] = {int(q): tuple(g) for q, g in dg.items()}
             st._digest_seqs[k] = sorted(st._digests[k])  # a sorted list is a heap
         st._digest_max = {k: int(v) for k, v in d.get("digest_max", {}).items()}
+        st._fences = {str(k): int(v) for k, v in d.get("fences", {}).items()}
         st._releases = {k: v.encode("latin-1") for k, v in d.get("releases", {}).items()}
+        st._release_digests = {k: bytes.fromhex(v) for k, v in d.get("release_digests", {}).items()}
         st._ledger = list(d.get("ledger", []))
         return st
 
@@ -490,13 +617,19 @@ class MemoryBudgetStore(BudgetStore):
 
     @classmethod
     def load(cls, path: str) -> "MemoryBudgetStore":
-        """The store saved at ``path``; ValueError naming the file when it is not one (not JSON, or JSON of
-        another shape)."""
-        with open(path) as f:
-            try:
-                d = json.load(f)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ValueError(f"{path} is not a streamdp budget store file (not JSON: {e})") from None
+        """The store saved at ``path``; ValueError naming the file when it is not one: not a regular file (a
+        device such as ``/dev/zero``, a FIFO, a directory — read whole, they never end or block), larger than
+        :data:`MAX_STORE_FILE_BYTES`, not JSON, or JSON of another shape."""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO must not block
+        with os.fdopen(fd, "rb") as f:
+            _check_regular(path, os.fstat(fd))
+            data = f.read(MAX_STORE_FILE_BYTES + 1)
+        if len(data) > MAX_STORE_FILE_BYTES:
+            raise ValueError(_too_large(path))
+        try:
+            d = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is not a streamdp budget store file (not JSON: {e})") from None
         try:
             return cls.from_json(d, path=path)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:

@@ -23,6 +23,12 @@ def write(c, st, offsets=None):
     return c.write(st, offsets or {0: 5}, [], {}, [], {"worker": "w"})
 
 
+def log_keys(c: RedisCheckpoint) -> list[bytes]:
+    """The checkpoint's append-log keys (on a cluster: on the primary of the store's hash slot, where they all are)."""
+    node = c.store._client_of_slot(c.store._meta_slot if c.store.cluster else None)
+    return node.keys(f"{c.key}:log:*")
+
+
 def read_back(c: RedisCheckpoint, worker="reader"):
     other = RedisCheckpoint(c.store, "g", "events")
     return other, other.claim(worker)
@@ -37,7 +43,7 @@ def test_appends_send_only_the_new_bytes_and_read_back_exactly(ckpt):
     assert ckpt.last_written < first - len(big) + 100  # the 1 MB log was not sent again
     assert ckpt.last_bytes > len(big)
     r = ckpt.r
-    keys = sorted(k.decode() for k in r.keys(f"{ckpt.key}:log:*"))
+    keys = sorted(k.decode() for k in log_keys(ckpt))
     assert len(keys) == 2 and r.strlen(keys[0]) + r.strlen(keys[1]) == len(big) + 4 + len(b'["a","b"')
     _, ck = read_back(ckpt)
     assert ck.version == 2 and ck.offsets == {0: 5}
@@ -97,8 +103,8 @@ def test_fenced_writer_writes_nothing(ckpt):
 def test_dropped_logs_are_deleted_and_a_vanished_log_is_an_error(ckpt):
     write(ckpt, state(b"u", b"L", 1))
     write(ckpt, {"engine": {"users": AppendLog(b"uv")}})  # the query (and its log) is gone
-    assert len(ckpt.r.keys(f"{ckpt.key}:log:*")) == 1
-    ckpt.r.delete(*ckpt.r.keys(f"{ckpt.key}:log:*"))
+    assert len(log_keys(ckpt)) == 1
+    ckpt.r.delete(*log_keys(ckpt))
     with pytest.raises(StoreError, match="LOGMISSING"):
         read_back(ckpt)
 

@@ -33,7 +33,7 @@ def _fill(st) -> None:
     st.append_ledger({"type": "release", "query": "topk", "window": 1})
 
 
-@pytest.fixture(params=["file", "redis"])
+@pytest.fixture(params=["file", "redis", "cluster"])
 def store_url(request, tmp_path):
     if request.param == "file":
         path = str(tmp_path / "budgets.json")
@@ -41,7 +41,7 @@ def store_url(request, tmp_path):
         _fill(st)
         st.save()
         return path
-    url = request.getfixturevalue("redis_url")
+    url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
     st = RedisBudgetStore.from_url(url, default_budget=DEFAULT)
     _fill(st)
     st.close()
@@ -64,7 +64,8 @@ def run_json(capsys, *argv):
 
 
 def _reopen(url):
-    return RedisBudgetStore.from_url(url) if url.startswith("redis://") else MemoryBudgetStore.load(url)
+    return RedisBudgetStore.from_url(url) if url.startswith(("redis://", "redis+cluster://")) \
+        else MemoryBudgetStore.load(url)
 
 
 # ---- show ---------------------------------------------------------------------------------------------------

@@ -75,7 +75,8 @@ def test_used_fraction_counts_the_delta_component(tmp_path, capsys):
 def test_grant_delta_zero_sets_a_zero_delta_budget(tmp_path, capsys):
     """``--delta 0`` is a value (revoke δ), not "unchanged": the δ budget becomes 0; omitting it keeps 1e-6."""
     path = _store(tmp_path)
-    obj = run_json(capsys, "grant", "half", "--rho", "2", "--delta", "0", "--yes", "--store", path)
+    # half has spent δ: a δ budget of 0 is below that spend, refused without --force (tests/cli/test_budget_safety.py)
+    obj = run_json(capsys, "grant", "half", "--rho", "2", "--delta", "0", "--yes", "--force", "--store", path)
     assert obj["zcdp"]["budget"] == 2.0 and obj["zcdp"]["delta_budget"] == 0.0
     assert MemoryBudgetStore.load(path).get_user("half").budget[1] == 0
     obj = run_json(capsys, "grant", "full", "--rho", "2", "--yes", "--store", path)  # control: δ omitted → kept

@@ -96,7 +96,9 @@ def test_an_existing_store_keeps_its_default_budget(tmp_path, capsys):
     fresh = json.loads(st.read_text())["default"]  # a new store starts from the configuration's budget
     assert fresh == budget_vector(Cost(**{k: DEFAULT_NYC_CONFIG["budget"].get(k, 0.0) for k in
                                           ("zcdp_rho", "zcdp_delta", "cgp_rho")})).tolist()
-    assert main(["budget", "set-default", "--rho", "2", "--yes", "--store", str(st), "--reason", "tighten"]) == 0
+    # (--force: the demo's users spent more than 2, see tests/cli/test_budget_safety.py)
+    assert main(["budget", "set-default", "--rho", "2", "--yes", "--force", "--store", str(st), "--reason",
+                 "tighten"]) == 0
     kept = json.loads(st.read_text())["default"]
     capsys.readouterr()
     assert main(["demo", "--config", os.path.join(EXAMPLES, "emd.toml"), "--store", str(st), "--out",

@@ -20,15 +20,16 @@ from streamdp.filter.memory import MemoryBudgetStore
 from streamdp.filter.redis_store import RedisBudgetStore
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def make_store(request):
-    """``make_store(default_budget=None, chunk=None)`` → a fresh, empty store of the parametrised kind."""
+    """``make_store(default_budget=None, chunk=None)`` → a fresh, empty store of the parametrised kind: in memory, on
+    the session's redis-server, or on the session's 3-primary Redis Cluster (``redis+cluster://``)."""
     made = []
     if request.param == "memory":
         def make(default_budget=None, chunk=None):
             return MemoryBudgetStore(default_budget)
     else:
-        url = request.getfixturevalue("redis_url")
+        url = request.getfixturevalue("redis_url" if request.param == "redis" else "redis_cluster_url")
 
         def make(default_budget=None, chunk=None):
             kw = {} if chunk is None else {"chunk": chunk}

@@ -193,7 +193,8 @@ def test_three_byte_index_decodes(redis_url):
     users = [f"u{i}" for i in range(n)]
     keys = [f"sdp:{{u:{u}}}" for u in users]
     r = redis.Redis.from_url(redis_url)
-    res = r.evalsha(red._sha_of("admit").decode(), 2 + n, "sdp:default", "sdp:digests:q", *keys, "x:q", "1", *args)
+    res = r.evalsha(red._sha_of("admit").decode(), 2 + n, "sdp:default", "sdp:digests:q", *keys, "x:q", "1", *args,
+                    "", "2", "", "S")  # no digest, 2 meta keys, no fence, a single Redis
     assert res == b"1" * n
     for i in (0, 1, 255, 256, 299, 300, 555, n - 1):
         np.testing.assert_array_equal(red.get_user(users[i]).spent, costs[i])

@@ -42,7 +42,8 @@ def test_key_layout_and_hash_tags(redis_url):
     st.put_release("counts|0|4", b"rec")
     st.append_ledger({"query": "counts"})
     r = redis.Redis.from_url(redis_url)
-    assert sorted(r.keys()) == [b"sdp:default", b"sdp:ledger", b"sdp:rel:counts|0|4", b"sdp:{u:alice}"]
+    assert sorted(r.keys()) == [b"sdp:default", b"sdp:ledger", b"sdp:meta", b"sdp:rel:counts|0|4", b"sdp:{u:alice}"]
+    assert r.hgetall("sdp:meta") == {b"default": b"set"}  # the store had a default: a missing one was lost
     assert r.type("sdp:ledger") == b"stream"
     h = r.hgetall("sdp:{u:alice}")
     assert h == {b"s0": b"3", b"s1": b"1", b"x:counts": b"4 1 1 3 1 0 0 0 0"}
@@ -116,7 +117,10 @@ def _free_port() -> int:
 
 
 def test_unreachable_server_raises_storeerror_everywhere():
-    st = RedisBudgetStore.from_url(f"redis://:secret@127.0.0.1:{_free_port()}/0", connect_timeout=0.5)
+    with pytest.raises(StoreError) as ei:  # the first contact is at open
+        RedisBudgetStore.from_url(f"redis://:secret@127.0.0.1:{_free_port()}/0", connect_timeout=0.5)
+    assert "secret" not in str(ei.value)
+    st = RedisBudgetStore.from_url(f"redis://:secret@127.0.0.1:{_free_port()}/0", connect_timeout=0.5, check=False)
     calls = [
         lambda: st.admit("q", 1, ["a"], C), lambda: st.settle("q", 1, ["a"], Z), lambda: st.get_user("a"),
         lambda: list(st.iter_users()), lambda: st.default_budget(), lambda: st.grant("a", B),
@@ -145,11 +149,16 @@ def test_auth_password(spawn_redis):
     srv = spawn_redis(password="s3cr3t")
     st = RedisBudgetStore.from_url(srv.url, default_budget=B)
     assert st.admit("q", 1, ["a"], C).tolist() == [True]
-    bad = RedisBudgetStore.from_url(srv.url.replace("s3cr3t", "wrong"))
+    with pytest.raises(StoreError) as ei:  # refused at open
+        RedisBudgetStore.from_url(srv.url.replace("s3cr3t", "wrong"))
+    assert "wrong" not in str(ei.value)
+    bad = RedisBudgetStore.from_url(srv.url.replace("s3cr3t", "wrong"), check=False)
     with pytest.raises(StoreError) as ei:
         bad.get_user("a")
     assert "wrong" not in str(ei.value)
-    anon = RedisBudgetStore.from_url(f"redis://127.0.0.1:{srv.port}/0")
+    with pytest.raises(StoreError):
+        RedisBudgetStore.from_url(f"redis://127.0.0.1:{srv.port}/0")
+    anon = RedisBudgetStore.from_url(f"redis://127.0.0.1:{srv.port}/0", check=False)
     with pytest.raises(StoreError):
         anon.admit("q", 2, ["a"], C)
     assert st.get_user("a").spent.tolist() == C  # the refused calls charged nothing
@@ -169,9 +178,10 @@ def test_tls_with_auth(spawn_redis):
     st = RedisBudgetStore.from_url(srv.url, default_budget=B)
     assert st.admit("q", 1, ["a"], C).tolist() == [True]
     assert st.get_user("a").spent.tolist() == C
-    # plain TCP against the TLS port fails cleanly
+    # plain TCP against the TLS port: a configuration error at open (tests/filter/test_store_config_errors.py);
+    # without the check, every call fails cleanly
     plain = RedisBudgetStore.from_url(f"redis://:pw@127.0.0.1:{srv.port}/0", socket_timeout=1.0,
-                                      connect_timeout=1.0)
+                                      connect_timeout=1.0, check=False)
     with pytest.raises(StoreError):
         plain.get_user("a")
 

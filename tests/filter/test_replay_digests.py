@@ -111,16 +111,20 @@ def test_digests_are_per_scope(make_store):
 
 def test_only_the_last_DIGEST_KEEP_seqs_keep_their_digest(make_store):
     """Known answer of the forgetting rule: recording seq s forgets the digests of seqs below s − DIGEST_KEEP; a
-    replay of a forgotten seq is charged again (never trusted without its digest)."""
+    stale replay of a forgotten seq is charged again (never trusted without its digest). A copy — the user's own
+    state still at (seq, tag) — needs no digest record: it is free however old."""
     st = make_store(c(100))
-    st.admit("q", 1, ["u"], [c(1)], digest=A)
+    st.admit("q", 1, ["u", "w"], [c(1), c(1)], digest=A)
+    st.admit("q", 2, ["u"], [c(1)], digest=C)  # u's state is now of seq 2; w's stays at (1, A)
     st.admit("q", 1 + DIGEST_KEEP, ["v"], [c(1)], digest=B)  # forgets below 1: seq 1 kept
-    assert st.admit("q", 1, ["u"], [c(1)], digest=A).tolist() == [True]
-    assert spent(st, "u") == c(1)
+    assert st.admit("q", 1, ["u", "w"], [c(1), c(1)], digest=A).tolist() == [True, True]
+    assert spent(st, "u") == c(2) and spent(st, "w") == c(1)  # u: a trusted stale replay; w: a copy
     st.admit("q", 2 + DIGEST_KEEP, ["v"], [c(1)], digest=B)  # forgets below 2: seq 1 forgotten
-    assert st.admit("q", 1, ["u"], [c(1)], digest=A).tolist() == [True]
-    assert spent(st, "u") == c(2)  # charged again
-    # A is recorded again for seq 1, but tainted (later seqs were recorded: a reach-back), so never trusted
+    assert st.admit("q", 1, ["u", "w"], [c(1), c(1)], digest=A).tolist() == [True, True]
+    assert spent(st, "u") == c(3)  # the stale replay is charged again
+    assert spent(st, "w") == c(1)  # the copy is still free
+    # A is recorded again for seq 1, tainted (later seqs were recorded: a reach-back); u's state is now (1, A), so
+    # a further copy of that batch is free: exactly once, even for a batch judged as new
     assert st.admit("q", 1, ["u"], [c(1)], digest=A).tolist() == [True]
     assert spent(st, "u") == c(3)
 
@@ -219,16 +223,17 @@ def test_through_the_engine_a_replay_with_other_data_is_charged_and_a_faithful_o
     assert after["u"] > 2 * once["u"]  # and u's larger one on top of the lost run's
 
 
-def test_a_first_admit_meeting_an_admission_at_its_seq_or_later_is_tainted_and_never_trusted(make_store):
+def test_a_first_admit_meeting_an_admission_at_its_seq_or_later_is_charged_once(make_store):
     """A reach-back: seq 5 was admitted without a digest (before digests), so seq 3's first digest is recorded by a
-    replay; its users' states cannot say what seq 3 charged. All of its chunks charge as new, and so does every
-    later call under the same digest (the record is tainted)."""
+    replay; b's untagged state cannot say what seq 3 charged, so b is charged as new (chunk 2 is not made free by
+    chunk 1's record). A later copy of the same batch is then free: b's state is now (3, A) — before batch tags the
+    record was tainted and every copy charged again (the budget-store audit of 2026-12-07)."""
     st = make_store(c(20), chunk=1)
     st.admit("q", 5, ["b"], [c(2)])  # no digest: b's state is an admission at seq 5
     assert st.admit("q", 3, ["a", "b"], [c(3), c(3)], digest=A).tolist() == [True, True]
     assert spent(st, "a") == c(3) and spent(st, "b") == c(5)  # b's stale state does not make chunk 2 free
     assert st.admit("q", 3, ["a", "b"], [c(3), c(3)], digest=A).tolist() == [True, True]
-    assert spent(st, "a") == c(6) and spent(st, "b") == c(8)  # tainted: charged again
+    assert spent(st, "a") == c(3) and spent(st, "b") == c(5)  # copies: charged once
 
 
 def test_every_chunk_of_the_recording_call_is_judged_as_new(make_store):
@@ -256,5 +261,5 @@ def test_a_refusal_at_a_later_seq_taints_the_record(make_store):
     assert st.admit("q", 5, ["b"], [c(11)]).tolist() == [False]  # no digest: b refused and halted at 5
     first = st.admit("q", 3, ["a", "b"], [c(2), c(2)], digest=A).tolist()
     assert first == [True, False]
-    assert st.admit("q", 3, ["a", "b"], [c(2), c(2)], digest=A).tolist() == [True, False]  # tainted: as new
-    assert spent(st, "a") == c(4) and spent(st, "b") == c(0)
+    assert st.admit("q", 3, ["a", "b"], [c(2), c(2)], digest=A).tolist() == [True, False]  # b: refused again
+    assert spent(st, "a") == c(2) and spent(st, "b") == c(0)  # a: a copy, free

@@ -15,6 +15,7 @@ import pytest
 from streamdp.accounting.cost import (COMPONENTS, INT64_MAX, LOSS_SCALE, N_COMPONENTS, Cost, budget_to_fixed,
                                      budget_vector)
 from streamdp.filter.memory import MemoryBudgetStore
+from streamdp.filter.store import DefaultBudgetMissing, Fenced
 from streamdp.noise.generator import unsafe_seeded_generator
 
 Z = [0] * N_COMPONENTS
@@ -165,8 +166,18 @@ def test_grant_overrides_default(make_store):
 
 
 def test_default_budget_zero_when_unset(make_store):
+    """The embedded store's default is 0 until set: every positive cost is refused. A Redis store that holds no
+    default refuses to decide (DefaultBudgetMissing) and writes nothing — never a halt (tests/filter/
+    test_exactly_once.py has the lost default)."""
     st = make_store()
     assert st.default_budget().tolist() == Z
+    if make_store.kind == "memory":
+        assert st.admit("q", 1, ["a"], vec(cgp_rho=1)).tolist() == [False]
+        return
+    with pytest.raises(DefaultBudgetMissing):
+        st.admit("q", 1, ["a"], vec(cgp_rho=1))
+    assert st.get_user("a") is None
+    st.set_default_budget(Z)
     assert st.admit("q", 1, ["a"], vec(cgp_rho=1)).tolist() == [False]
 
 
@@ -485,3 +496,95 @@ def test_memory_store_save_load_roundtrip(tmp_path):
     st2.settle("topk", 3, ["a"], vec(zcdp_rho=1))
     assert spent(st2, "a") == vec(zcdp_rho=5)
     assert spent(st2, "rich") == vec(zcdp_rho=40)
+
+
+# ---- exactly once, however the batch is cut; fences --------------------------------------------------------------
+
+
+def test_a_batch_is_charged_once_however_it_is_cut(make_store):
+    """The same batch (scope, seq, digest) reaching the store in pieces — other cuts, users left out, repeated, in
+    another order — charges every user once; every piece answers the first outcome of its users (store.py,
+    "Exactly once")."""
+    st = make_store(vec(zcdp_rho=10), chunk=3)
+    users = [f"u{i}" for i in range(12)]
+    cost = [vec(zcdp_rho=4 + (i % 2) * 3) for i in range(12)]  # 4 or 7: a second charge of 7 would not fit
+    d = "ab" * 16
+    pieces = [range(0, 5), range(3, 12), range(11, -1, -1), range(0, 12, 2), range(12)]
+    for p in pieces:
+        idx = list(p)
+        got = st.admit("q", 1, [users[i] for i in idx], [cost[i] for i in idx], digest=d)
+        assert got.tolist() == [True] * len(idx), idx
+    for i, u in enumerate(users):
+        assert spent(st, u) == cost[i] and not halted(st, u)
+    # another digest at the same seq is another batch: charged (once too)
+    for _ in range(2):
+        assert st.admit("q", 1, users[:2], [vec(zcdp_rho=1)] * 2, digest="cd" * 16).tolist() == [True, True]
+    assert spent(st, "u0") == vec(zcdp_rho=5) and spent(st, "u1") == vec(zcdp_rho=8)
+    # settling the second batch (its digest) lowers its reservation only; settling the first one is a no-op now
+    st.settle("q", 1, users[:2], [Z, Z], digest="ab" * 16)
+    assert spent(st, "u0") == vec(zcdp_rho=5)
+    st.settle("q", 1, users[:2], [Z, Z], digest="cd" * 16)
+    st.settle("q", 1, users[:2], [Z, Z], digest="cd" * 16)
+    assert spent(st, "u0") == vec(zcdp_rho=4) and spent(st, "u1") == vec(zcdp_rho=7)
+
+
+def test_a_refusal_is_answered_to_every_copy(make_store):
+    st = make_store(vec(zcdp_rho=5), chunk=2)
+    users = ["a", "b", "c"]
+    costs = [vec(zcdp_rho=6), vec(zcdp_rho=1), vec(zcdp_rho=6)]
+    d = "0f" * 16
+    assert st.admit("q", 1, users, costs, digest=d).tolist() == [False, True, False]
+    for cut in ([2, 1, 0], [1], [0, 2]):
+        got = st.admit("q", 1, [users[i] for i in cut], [costs[i] for i in cut], digest=d)
+        assert got.tolist() == [i == 1 for i in cut]
+    assert spent(st, "b") == vec(zcdp_rho=1) and halted(st, "a") and halted(st, "c")
+
+
+def test_a_fenced_admit_or_settle_is_refused_and_writes_nothing(make_store):
+    st = make_store(vec(zcdp_rho=10))
+    f1 = st.claim_fence("ckpt:g:t")
+    assert st.admit("q", 1, ["a"], vec(zcdp_rho=3), fence=f1).tolist() == [True]
+    f2 = st.claim_fence("ckpt:g:t")
+    assert f2.epoch > f1.epoch and f2.name == f1.name
+    for call in (lambda: st.admit("q", 2, ["a", "b"], vec(zcdp_rho=3), fence=f1),
+                 lambda: st.settle("q", 1, ["a"], Z, fence=f1)):
+        with pytest.raises(Fenced):
+            call()
+    assert spent(st, "a") == vec(zcdp_rho=3) and st.get_user("b") is None
+    assert st.admit("q", 2, ["a", "b"], vec(zcdp_rho=3), fence=f2).tolist() == [True, True]
+    st.settle("q", 2, ["a"], Z, fence=f2)
+    assert spent(st, "a") == vec(zcdp_rho=3) and spent(st, "b") == vec(zcdp_rho=3)
+    other = st.claim_fence("ckpt:g:other")  # fences of other names are independent
+    assert st.admit("q", 3, ["c"], vec(zcdp_rho=1), fence=other).tolist() == [True]
+    assert st.admit("q", 3, ["d"], vec(zcdp_rho=1), fence=f2).tolist() == [True]
+
+
+# ---- release-log retention ----------------------------------------------------------------------------------------
+
+
+def test_the_release_log_keeps_digests_for_good_and_records_of_the_latest_windows(make_store):
+    """Retention (store.py, "release log"): records of the latest N windows of each query, a digest of every one.
+    A window whose record was dropped still refuses a different record (no re-noise) and accepts the same one."""
+    st = make_store()
+    st.release_bodies_kept = 3
+    recs = {f"q/{e}/{t}": f'{{"window":[{e},{t}]}}'.encode() for e in (0, 1) for t in (1, 2, 3)}
+    for k, v in recs.items():
+        assert st.put_release(k, v) == v
+    st.put_release("r/0/1", b"other query")
+    st.put_release("legacy|0|1", b"not the engine's key form: kept for good")
+    kept = ["q/1/1", "q/1/2", "q/1/3"]
+    for k, v in recs.items():
+        got = st.get_release(k)
+        if k in kept:
+            assert got == v
+        else:
+            assert got is not None and got.startswith(b"\x00") and got != v  # dropped: a marker, never a record
+            assert st.put_release(k, v) == v  # the same record again: accepted (its digest matches)
+            assert st.put_release(k, v + b" ") != v + b" "  # another one: refused (the caller sees a conflict)
+            assert st.get_release(k).startswith(b"\x00")  # and the record stays dropped
+    assert st.get_release("r/0/1") == b"other query" and st.get_release("legacy|0|1").startswith(b"not")
+    assert st.put_release("q/1/2", b"changed") == recs["q/1/2"]  # first write wins, as before
+    assert st.get_release("q/0/9") is None
+    for i in range(1, 6):  # other queries are trimmed by their own windows
+        st.put_release(f"r/0/{i + 1}", b"x%d" % i)
+    assert st.get_release("r/0/1").startswith(b"\x00") and st.get_release("q/1/1") == recs["q/1/1"]

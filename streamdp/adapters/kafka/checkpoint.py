@@ -32,8 +32,16 @@ fresh CSPRNG at every checkpoint and stores that key in the checkpoint: the key 
 the next checkpoint, and it is as sensitive as the tree-node noise that the engine snapshot holds anyway (Redis is
 inside the trust boundary of the service).
 
-Fencing: :meth:`RedisCheckpoint.claim` sets a new owner token; a checkpoint or ack by anyone else fails with
-:class:`Fenced`, so a worker that lost its partitions without noticing cannot overwrite its successor's state.
+Fencing: :meth:`RedisCheckpoint.claim` sets a new owner token and a new epoch of the checkpoint's fence (the hash's
+field ``fence``; on a Redis Cluster also copied into every hash slot, :meth:`RedisBudgetStore.spread_fence`); a
+checkpoint or ack by anyone else fails with :class:`Fenced`, and so do the admits and settles of the worker's
+engine, which go through :class:`DeferredReleaseLog` under that fence: a worker that lost its partitions without
+noticing — stalled, or cut off — can neither overwrite its successor's state nor charge anyone any more. A
+checkpoint hash (or fence) that is gone altogether raises :class:`StoreLost`: the store lost its state (flushed,
+restarted without persistence), which is not another owner.
+
+On a Redis Cluster every key of the checkpoint — the hash, its append logs, the release log and the ledger — carries
+the store's hash tag (``{<ns>}:…``), so the checkpoint script stays in one hash slot.
 """
 
 from __future__ import annotations
@@ -49,30 +57,62 @@ import numpy as np
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import join_logs, split_logs
 from streamdp.engine.engine import ReleaseConflict
+from streamdp.filter import redis_scripts
 from streamdp.filter.memory import ledger_entry_json
-from streamdp.filter.store import BudgetStore, StoreError, UserBudget
+from streamdp.filter.store import BudgetStore, Fence, Fenced, StoreError, StoreLost, UserBudget
+
+__all__ = ["CHECKPOINT_FORMAT", "Checkpoint", "CheckpointConflict", "DeferredReleaseLog", "Fenced", "PendingRecord",
+           "RedisCheckpoint", "StoreLost"]
 
 CHECKPOINT_FORMAT = 2  # 2: append logs in their own keys (format 1, one state blob, still loads)
 
 # KEYS: 1 checkpoint hash, 2 ledger stream, 3 … 2+nr release-log keys, then one key per append log
 # ARGV: 1 owner, 2 state (without its append logs), 3 offsets json, 4 pending, 5 info json, 6 nl ledger entries,
-#       7 nr release records, 8 logs manifest json ({name: {"key", "len"}}), then the nl ledger entries, then the nr
-#       release records, then per append log: mode ('A' append / 'S' set), the length it must have before an
-#       append, the bytes to append or set
-CHECKPOINT_LUA = """
+#       7 nr release records, 8 logs manifest json ({name: {"key", "len"}}), 9 the records kept per query (the
+#       release log's retention), then the nl ledger entries, then per release record 8 strings: the record and
+#       its retention arguments (RedisBudgetStore.release_args: digest, digest key, order key, offset, score,
+#       member, record-key prefix — keys of the store's hash slot), then per append log: mode ('A' append / 'S'
+#       set), the length it must have before an append, the bytes to append or set
+# Every check (owner, key types, release-log conflicts, append-log lengths, the old manifest) comes before the first
+# write: an error leaves nothing half-written.
+_OWNER_LUA = """
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'none' then
+  return redis.error_reply('LOST checkpoint ' .. KEYS[1] .. ' is gone: the store lost its state')
+end
+if t ~= 'hash' then return redis.error_reply('WRONGTYPE checkpoint ' .. KEYS[1] .. ' is not a hash') end
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner ~= ARGV[1] then
   return redis.error_reply('FENCED checkpoint is owned by ' .. tostring(owner))
 end
+"""
+
+CHECKPOINT_LUA = redis_scripts.RELEASE_HELPERS + _OWNER_LUA + """
+local lt = redis.call('TYPE', KEYS[2])['ok']
+if lt ~= 'none' and lt ~= 'stream' then return redis.error_reply('WRONGTYPE ledger ' .. KEYS[2] .. ' is not a stream') end
+local ver = redis.call('HGET', KEYS[1], 'version')
+if ver and not string.find(ver, '^%d+$') then return redis.error_reply('CORRUPT checkpoint version ' .. ver) end
+local old = redis.call('HGET', KEYS[1], 'logs')
+local oldlogs = {}
+if old then
+  local ok, dec = pcall(cjson.decode, old)
+  if not ok or type(dec) ~= 'table' then return redis.error_reply('CORRUPT checkpoint manifest of ' .. KEYS[1]) end
+  oldlogs = dec
+end
 local nl = tonumber(ARGV[6])
 local nr = tonumber(ARGV[7])
-local rbase = 8 + nl
-local lbase = rbase + nr
+local keep = tonumber(ARGV[9])
+local rbase = 9 + nl
+local lbase = rbase + 8 * nr
+local fresh = {}
 for i = 1, nr do
-  local old = redis.call('GET', KEYS[2 + i])
-  if old and old ~= ARGV[rbase + i] then
+  local a = rbase + 8 * (i - 1)
+  local old, d, e = rel_read(KEYS[2 + i], ARGV[a + 3], ARGV[a + 4], tonumber(ARGV[a + 5]))
+  if e then return redis.error_reply(e) end
+  if (old and old ~= ARGV[a + 1]) or (d and d ~= ARGV[a + 2]) then
     return redis.error_reply('CONFLICT release log holds a different record for ' .. KEYS[2 + i])
   end
+  fresh[i] = not old and not d
 end
 local nlogs = #KEYS - 2 - nr
 for j = 1, nlogs do
@@ -80,12 +120,20 @@ for j = 1, nlogs do
   if ARGV[a + 1] == 'A' and redis.call('STRLEN', KEYS[2 + nr + j]) ~= tonumber(ARGV[a + 2]) then
     return redis.error_reply('LOGMISMATCH ' .. KEYS[2 + nr + j] .. ' is not the length this writer appended to')
   end
+  local kt = redis.call('TYPE', KEYS[2 + nr + j])['ok']
+  if kt ~= 'none' and kt ~= 'string' then
+    return redis.error_reply('WRONGTYPE append log ' .. KEYS[2 + nr + j] .. ' is not a string')
+  end
 end
 for i = 1, nr do
-  redis.call('SET', KEYS[2 + i], ARGV[rbase + i])
+  if fresh[i] then
+    local a = rbase + 8 * (i - 1)
+    rel_write(KEYS[2 + i], ARGV[a + 3], ARGV[a + 4], ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 5]), ARGV[a + 6],
+              ARGV[a + 7], keep, ARGV[a + 8])
+  end
 end
 for i = 1, nl do
-  redis.call('XADD', KEYS[2], '*', 'e', ARGV[8 + i])
+  redis.call('XADD', KEYS[2], '*', 'e', ARGV[9 + i])
 end
 local live = {}
 for j = 1, nlogs do
@@ -98,12 +146,9 @@ for j = 1, nlogs do
     redis.call('APPEND', key, ARGV[a + 3])
   end
 end
-local old = redis.call('HGET', KEYS[1], 'logs')
-if old then
-  for _, entry in pairs(cjson.decode(old)) do
-    if not live[entry['key']] then
-      redis.call('DEL', entry['key'])
-    end
+for _, entry in pairs(oldlogs) do
+  if type(entry) == 'table' and entry['key'] and not live[entry['key']] then
+    redis.call('DEL', entry['key'])
   end
 end
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
@@ -113,11 +158,7 @@ return v
 """
 
 # KEYS: 1 checkpoint hash ; ARGV: 1 owner, 2 version
-ACK_LUA = """
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if owner ~= ARGV[1] then
-  return redis.error_reply('FENCED checkpoint is owned by ' .. tostring(owner))
-end
+ACK_LUA = _OWNER_LUA + """
 if redis.call('HGET', KEYS[1], 'version') == ARGV[2] then
   redis.call('HSET', KEYS[1], 'pending', '')
   return 1
@@ -125,13 +166,16 @@ end
 return 0
 """
 
-# KEYS: 1 checkpoint hash ; ARGV: 1 new owner. Returns version, state, offsets, pending, then name, bytes per
-# append log of the manifest (each read to its recorded length)
+# KEYS: 1 checkpoint hash ; ARGV: 1 new owner. Returns version, state, offsets, pending, the new fence epoch, then
+# name, bytes per append log of the manifest (each read to its recorded length)
 CLAIM_LUA = """
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t ~= 'none' and t ~= 'hash' then return redis.error_reply('WRONGTYPE checkpoint ' .. KEYS[1] .. ' is not a hash') end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1])
+local epoch = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 local out = redis.call('HMGET', KEYS[1], 'version', 'state', 'offsets', 'pending', 'logs')
 local manifest = out[5]
-out[5] = nil
+out[5] = epoch
 if manifest then
   for name, entry in pairs(cjson.decode(manifest)) do
     local n = tonumber(entry['len'])
@@ -149,10 +193,6 @@ if manifest then
 end
 return out
 """
-
-
-class Fenced(RuntimeError):
-    """Another worker claimed the checkpoint: this one must drop its state (it no longer owns the partitions)."""
 
 
 class CheckpointConflict(RuntimeError):
@@ -198,9 +238,11 @@ class RedisCheckpoint:
             raise ValueError("checkpoints need the Redis budget store (store URL redis://…)")
         self.store = store
         self.r = store.r
-        self.key = f"{store.ns}:ckpt:{group}:{input_topic}"
+        self.fence_name = f"ckpt:{group}:{input_topic}"
+        self.key = store._fence_key(self.fence_name)  # <ns>:ckpt:… ({<ns>}:ckpt:… on a cluster)
         self.ledger_key = store._ledger_key  # the store's ledger stream (same layout as append_ledger)
         self.owner: str | None = None
+        self.fence: Fence | None = None  # this owner's fence (claim): admits and settles of its engine carry it
         self.version = 0
         self.last_bytes = 0  # the state's size (append logs in full)
         self.last_written = 0  # bytes of state and append-log data the last checkpoint sent
@@ -224,6 +266,8 @@ class RedisCheckpoint:
             msg = str(e)
             if msg.startswith("FENCED"):
                 raise Fenced(msg) from None
+            if msg.startswith("LOST"):
+                raise StoreLost(f"{msg} (flushed, or restarted without persistence)") from None
             if msg.startswith("CONFLICT"):
                 raise CheckpointConflict(msg) from None
             if msg.startswith("LOGMISMATCH"):
@@ -236,10 +280,13 @@ class RedisCheckpoint:
         """Become the owner (fencing out any previous one) and read the latest checkpoint."""
         token = f"{worker_id}:{uuid.uuid4().hex[:12]}"
         self._logs = {}
+        self.fence = None
         res = self._call(lambda: self._script("claim", CLAIM_LUA)(keys=[self.key], args=[token]))
-        version, state, offsets, pending = res[:4]
-        logs = {bytes(res[i]).decode(): bytes(res[i + 1]) for i in range(4, len(res), 2)}
-        self.owner = token
+        version, state, offsets, pending, epoch = res[:5]
+        logs = {bytes(res[i]).decode(): bytes(res[i + 1]) for i in range(5, len(res), 2)}
+        fence = Fence(self.fence_name, int(epoch))
+        self.store.spread_fence(fence)  # a cluster's copy in every hash slot (a single Redis: nothing to do)
+        self.owner, self.fence = token, fence
         self.version = int(version or 0)
         st = state_codec.decode(bytes(state)) if state else None
         self.last_bytes = (len(state) + sum(len(b) for b in logs.values())) if state else 0  # as write() counts
@@ -282,10 +329,14 @@ class RedisCheckpoint:
                 log_args += ["S", "0", new]
                 sent += len(new)
         manifest = json.dumps({n: {"key": k, "len": len(logs[n])} for n, k in zip(names, log_keys)})
+        rel_args = []
+        for k in rel_keys:
+            ra = self.store.release_args(k, releases[k])
+            rel_args += [releases[k], *ra[:5], ra[5], ra[7]]  # (the store's keep goes once, below)
         args = [self.owner or "", blob,
                 json.dumps({str(p): int(o) for p, o in sorted(offsets.items())}), encode_pending(pending),
                 json.dumps(dict(info, time=time.time())), str(len(ledger_js)), str(len(rel_keys)), manifest,
-                *ledger_js, *[releases[k] for k in rel_keys], *log_args]
+                str(self.store.release_bodies_kept), *ledger_js, *rel_args, *log_args]
         try:
             v = self._call(lambda: self._script("ckpt", CHECKPOINT_LUA)(keys=keys, args=args))
         except BaseException:
@@ -323,16 +374,23 @@ class RedisCheckpoint:
 class DeferredReleaseLog(BudgetStore):
     """The budget store as the engine sees it inside the worker.
 
-    Admission and settlement go straight to the store (atomic, idempotent). Release-log writes and ledger entries
-    are kept in memory and written by the next checkpoint, in the same atomic step as the state that produced them.
-    ``after_admit`` is called after every successful admit (test-only fault injection, see ``faults.py``).
+    Admission and settlement go straight to the store (atomic, exactly once per batch), under the owner's fence:
+    ``fence()`` (e.g. the checkpoint's current claim, :attr:`RedisCheckpoint.fence`) is passed with every admit and
+    settle, so that a replaced owner's engine is refused (:class:`Fenced`). A settle carries the digest of its
+    batch's admit (the last one of its scope and seq), so it lowers that batch's reservation only. Release-log
+    writes and ledger entries are kept in memory and written by the next checkpoint, in the same atomic step as the
+    state that produced them. ``after_admit`` is called after every successful admit (test-only fault injection,
+    see ``faults.py``).
     """
 
-    def __init__(self, inner: BudgetStore, after_admit: Callable[[], None] | None = None) -> None:
+    def __init__(self, inner: BudgetStore, after_admit: Callable[[], None] | None = None,
+                 fence: Callable[[], Fence | None] | None = None) -> None:
         self.inner = inner
         self.after_admit = after_admit
+        self.fence = fence or (lambda: None)
         self.releases: dict[str, bytes] = {}
         self.ledger_entries: list[dict] = []
+        self._admitted: dict[str, tuple[int, str | None]] = {}  # scope → (seq, digest) of its last admit
 
     def take(self) -> tuple[dict[str, bytes], list[dict]]:
         rel, led = self.releases, self.ledger_entries
@@ -352,32 +410,46 @@ class DeferredReleaseLog(BudgetStore):
     def grant(self, user: str, budget, *, actor: str = "operator", reason: str = "", components=None) -> None:
         self.inner.grant(user, budget, actor=actor, reason=reason, components=components)
 
-    def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None) -> np.ndarray:
-        out = self.inner.admit(scope, seq, users, costs, digest=digest)
+    def claim_fence(self, name: str) -> Fence:
+        return self.inner.claim_fence(name)
+
+    def _settle_kw(self, scope: str, seq: int, digest: str | None, fence: Fence | None) -> dict:
+        """A settle's digest (its batch's admit's: the last one of its scope and seq) and fence, as keywords — only
+        those that are set, so that an inner store written before them still works unfenced."""
+        if digest is None:
+            last = self._admitted.get(scope)
+            digest = last[1] if last is not None and last[0] == seq else None
+        return self._kw(digest=digest, fence=fence)
+
+    def _kw(self, **kw) -> dict:
+        if kw.get("fence") is None:
+            kw["fence"] = self.fence()
+        return {k: v for k, v in kw.items() if v is not None}
+
+    def admit(self, scope: str, seq: int, users: Sequence[str], costs, digest: str | None = None,
+              fence: Fence | None = None) -> np.ndarray:
+        out = self.inner.admit(scope, seq, users, costs, **self._kw(digest=digest, fence=fence))
+        self._admitted[scope] = (seq, digest)
         if self.after_admit is not None:
             self.after_admit()
         return out
 
-    def settle(self, scope: str, seq: int, users: Sequence[str], actual) -> None:
-        self.inner.settle(scope, seq, users, actual)
+    def settle(self, scope: str, seq: int, users: Sequence[str], actual, digest: str | None = None,
+               fence: Fence | None = None) -> None:
+        self.inner.settle(scope, seq, users, actual, **self._settle_kw(scope, seq, digest, fence))
 
-    # by interned ids: the inner store's fast path when it has one (else by names, as BudgetStore does)
-    def admit_ids(self, scope: str, seq: int, user_ids, costs, table, digest: str | None = None) -> np.ndarray:
-        fast = getattr(self.inner, "admit_ids", None)
-        if fast is not None:
-            out = fast(scope, seq, user_ids, costs, table, digest=digest)
-        else:
-            out = self.inner.admit(scope, seq, table.names(user_ids), costs, digest=digest)
+    # by interned ids: the inner store's fast path (BudgetStore's default converts to names)
+    def admit_ids(self, scope: str, seq: int, user_ids, costs, table, digest: str | None = None,
+                  fence: Fence | None = None) -> np.ndarray:
+        out = self.inner.admit_ids(scope, seq, user_ids, costs, table, **self._kw(digest=digest, fence=fence))
+        self._admitted[scope] = (seq, digest)
         if self.after_admit is not None:
             self.after_admit()
         return out
 
-    def settle_ids(self, scope: str, seq: int, user_ids, actual, table) -> None:
-        fast = getattr(self.inner, "settle_ids", None)
-        if fast is not None:
-            fast(scope, seq, user_ids, actual, table)
-        else:
-            self.inner.settle(scope, seq, table.names(user_ids), actual)
+    def settle_ids(self, scope: str, seq: int, user_ids, actual, table, digest: str | None = None,
+                   fence: Fence | None = None) -> None:
+        self.inner.settle_ids(scope, seq, user_ids, actual, table, **self._settle_kw(scope, seq, digest, fence))
 
     def get_user(self, user: str) -> UserBudget | None:
         return self.inner.get_user(user)

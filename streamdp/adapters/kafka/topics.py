@@ -111,6 +111,8 @@ def stop_on_signals(request_stop) -> None:
 
 EXIT_STOPPED_IN_OUTAGE = 5  # `streamdp run` exit code: SIGTERM while a store or Kafka outage holds the worker
 EXIT_PARAMETERS_CHANGED = 6  # `streamdp run` exit code: the checkpoint was written under other release parameters
+EXIT_STORE_LOST = 4  # `streamdp run` exit code: the store lost its state (flushed, restarted without persistence)
+EXIT_DEFAULT_BUDGET_MISSING = 8  # `streamdp run` exit code: the budget store holds no default budget (deleted, evicted)
 
 
 async def start_retrying(start, stop, stopping: asyncio.Event, *, first_delay: float = 0.5,

@@ -65,7 +65,8 @@ from streamdp.adapters.kafka.forward import accept as accept_forward
 from streamdp.adapters.kafka.logs import Throttle
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, keys_of, offsets_and_values, split_runs
 from streamdp.adapters.kafka.ordering import CLOSE_STEP_WINDOWS, CanonicalStage
-from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPED_IN_OUTAGE, OUTPUT_TOPIC_CONFIGS,
+from streamdp.adapters.kafka.topics import (EXIT_DEFAULT_BUDGET_MISSING, EXIT_PARAMETERS_CHANGED, EXIT_STOPPED_IN_OUTAGE,
+                                            EXIT_STORE_LOST, OUTPUT_TOPIC_CONFIGS,
                                             all_read_to_end, check_internal_topic, ensure_topics, forward_topic,
                                             output_topic, read_to_end, start_retrying, stop_clients, ReadPastEnd,
                                             stop_on_signals, topic_partitions)
@@ -74,7 +75,7 @@ from streamdp.engine.engine import ReleaseConflict, ReleaseEngine, WindowSummary
 from streamdp.outputs.records import TEST_MODE_HEADERS
 from streamdp.engine.release_parameters import (ParametersChanged, canonical, check_unchanged, release_parameters,
                                                removed_queries)
-from streamdp.filter.store import StoreError
+from streamdp.filter.store import DefaultBudgetMissing, StoreError, StoreLost
 from streamdp.input.events import FAST_MIN_BATCH, DeadLetter, EventBatch, parse_batch
 from streamdp.noise.generator import secure_generator
 from streamdp.outputs.dead_letters import dead_letter_value
@@ -302,7 +303,9 @@ class KafkaWorker:
         self.stream = Stream(opts.group_id, opts.input_topic)  # coordinator: the forward records it accepts
         self._refused: set = set()  # (why, stream) of refused forward records already logged
         self.faults = FaultInjector.from_env()
-        self.dstore = DeferredReleaseLog(store, after_admit=lambda: self.faults.hit("after_admit"))
+        # admits and settles carry the checkpoint's fence: a replaced owner is refused (Fenced, exit 3)
+        self.dstore = DeferredReleaseLog(store, after_admit=lambda: self.faults.hit("after_admit"),
+                                         fence=lambda: self.ckpt.fence)
         self.test_mode = cfg.service.get("unsafe_test_seed") is not None
         self.topic_of = {t["id"]: output_topic(cfg.kafka | {"output_prefix": opts.output_prefix}, t["id"])
                          for t in cfg.query_tables}
@@ -699,6 +702,12 @@ class KafkaWorker:
                 if self._failures:
                     self.metrics.set_ready()  # the counter itself is reset only once a checkpoint is published
                 return True
+            except DefaultBudgetMissing as e:  # no retry can help until an operator restores it: never a halt
+                log.error(f"{e}; exiting", extra={"worker": self.worker_id})
+                self.engine = self.stage = None
+                self.exit_code = EXIT_DEFAULT_BUDGET_MISSING
+                self.stopping.set()
+                return False
             except (StoreError, KafkaError, ConnectionError, asyncio.TimeoutError) as e:
                 log.error("step failed; restoring the last checkpoint", extra={"error": str(e),
                                                                                "error_type": type(e).__name__})
@@ -719,6 +728,14 @@ class KafkaWorker:
             log.error("fenced: another worker owns the checkpoint; exiting", extra={"error": str(e)})
             self.engine = self.stage = None
             self.exit_code = 3
+            self.stopping.set()
+        except StoreLost as e:  # the checkpoint or its fence is gone: flushed or restarted empty, not another owner
+            log.error("the budget store lost its state (its checkpoint is gone: flushed, or restarted without "
+                      "persistence); exiting — the restart refuses to start over unless --allow-empty-store "
+                      "(see OPERATIONS, 'Redis comes back empty')", extra={"worker": self.worker_id,
+                                                                          "error": str(e)})
+            self.engine = self.stage = None
+            self.exit_code = EXIT_STORE_LOST
             self.stopping.set()
         except ReleaseConflict as e:  # no retry can help: another deployment released these windows
             self._refuse_conflict(e)
