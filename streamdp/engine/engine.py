@@ -169,6 +169,9 @@ class ReleaseEngine:
         # logged key outside it was released by another run (_refuse_released)
         self._logged_here: set[str] = set()
         self._failed: str | None = None  # why the last close_due failed (EngineFailed until a restore)
+        # a query that sums the events' value (continual_sums with value_range) cannot use an event with items and
+        # no value: such events are dead-lettered here as "missing_value" rather than silently left out of its sums
+        self._needs_value = [q.id for q in self.queries if getattr(q, "requires_value", False)]
 
     def _check_not_failed(self) -> None:
         if self._failed is not None:
@@ -191,6 +194,9 @@ class ReleaseEngine:
         reasons[t <= W.last_closed] = "late"
         reasons[t < 1] = "before_origin"
         reasons[future & (reasons == None)] = "too_far_in_future"  # noqa: E711
+        if self._needs_value:
+            no_value = np.isnan(batch.value) & (np.diff(batch.item_offsets) > 0)
+            reasons[no_value & (reasons == None)] = "missing_value"  # noqa: E711
         ok = reasons == None  # noqa: E711
         rejected = [(int(i), str(reasons[i])) for i in np.flatnonzero(~ok)]
         for _, r in rejected:
