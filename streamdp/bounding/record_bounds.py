@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamdp.arrays import put_rows
 from streamdp.engine.append_log import AppendLog
 
 __all__ = ["BoundedRecords", "RecordBounder"]
@@ -39,6 +40,8 @@ _H2 = np.uint64(0xC2B2AE3D27D4EB4F)
 _TOP6 = np.uint64(58)
 _ONE = np.uint64(1)
 _MAX_LOG = 2**31 - 1  # log positions are int32 (links)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_SHIFT32 = np.uint64(32)
 
 
 def _signature_bits(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +78,8 @@ class BoundedRecords:
     prior_g: np.ndarray  # float64: Σ over them of G[s, t]
     prior_xg: np.ndarray | None  # float64: Σ over them of x_s·G[s, t]
     dropped: dict  # records dropped per rule: {"max_per_key", "max_keys_per_window", "max_contributions"}
+    users: np.ndarray | None = None  # int64: the distinct users of the window's records (sorted) …
+    user_rows: np.ndarray | None = None  # … and their bounder rows when bound() ran (commit reuses them)
 
     @property
     def n_records(self) -> int:
@@ -104,21 +109,17 @@ class RecordBounder:
         self._log_t = np.zeros(cap, dtype=np.int32)
         self._log_x = np.zeros(cap if self.with_values else 0, dtype=np.float64)
         self._log_prev = np.zeros(cap, dtype=np.int32)
-        self._taken = np.zeros(0, dtype=np.int32)  # per user: records admitted this epoch
-        self._head = np.zeros(0, dtype=np.int32)  # per user: log position of the last record (−1: none)
-        self._sig1 = np.zeros(0, dtype=np.uint64)
-        self._sig2 = np.zeros(0, dtype=np.uint64)
+        # per user, one row of three words (one cache line for every lookup): the two signatures, and
+        # (head + 1) << 32 | taken — head: log position of the user's last record; taken: records this epoch
+        self._user = np.zeros((0, 3), dtype=np.uint64)
 
     def _grow_users(self, need: int) -> None:
-        have = self._taken.size
+        have = self._user.shape[0]
         if need <= have:
             return
-        new = max(need, have + have // 2, 1024)
-        for name, fill in (("_taken", 0), ("_head", -1), ("_sig1", 0), ("_sig2", 0)):
-            a = getattr(self, name)
-            b = np.full(new, fill, dtype=a.dtype)
-            b[:have] = a
-            setattr(self, name, b)
+        new = np.zeros((max(need, have + have // 2, 1024), 3), dtype=np.uint64)
+        new[:have] = self._user
+        self._user = new
 
     def _grow_log(self, need: int) -> None:
         if need > _MAX_LOG:
@@ -131,56 +132,57 @@ class RecordBounder:
         for name in ("_log_user", "_log_key", "_log_t", "_log_prev") + (("_log_x",) if self.with_values else ()):
             getattr(self, name).resize(new, refcheck=False)
 
+    def _rows(self, user_ids: np.ndarray) -> np.ndarray:
+        """The per-user rows of ``user_ids`` ((n, 3) uint64; zeros for users never seen)."""
+        u = np.asarray(user_ids, dtype=np.int64)
+        have = self._user.shape[0]
+        if u.size and int(u.max()) < have:
+            return np.take(self._user, u, axis=0)
+        out = np.zeros((u.size, 3), dtype=np.uint64)
+        ok = u < have
+        out[ok] = np.take(self._user, u[ok], axis=0)
+        return out
+
     def taken(self, user_ids: np.ndarray) -> np.ndarray:
         """Records admitted this epoch per user (0 for users never seen)."""
-        u = np.asarray(user_ids, dtype=np.int64)
-        out = np.zeros(u.size, dtype=np.int64)
-        ok = u < self._taken.size
-        out[ok] = self._taken[u[ok]]
-        return out
+        return (self._rows(user_ids)[:, 2] & _LOW32).astype(np.int64)
 
     @property
     def n_log(self) -> int:
         return self._n
 
     def nbytes(self) -> int:
-        arrays = [self._log_user, self._log_key, self._log_t, self._log_x, self._log_prev, self._taken,
-                  self._head, self._sig1, self._sig2]
+        arrays = [self._log_user, self._log_key, self._log_t, self._log_x, self._log_prev, self._user]
         return int(sum(a.nbytes for a in arrays))
 
     # ----------------------------------------------------------------------------------------------- history
-    def _history(self, users: np.ndarray, keys: np.ndarray, gram: np.ndarray
+    def _history(self, rows: np.ndarray, keys: np.ndarray, gram: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """For distinct (user, key) pairs: (n, Σ G[s, t], Σ x_s·G[s, t]) over the user's earlier records on the key
-        (``gram[s]`` = G[s, t])."""
-        n = users.size
+        """For distinct (user, key) pairs, given the users' rows: (n, Σ G[s, t], Σ x_s·G[s, t]) over the user's
+        earlier records on the key (``gram[s]`` = G[s, t])."""
+        n = keys.size
         prior_n = np.zeros(n, dtype=np.int64)
         prior_g = np.zeros(n, dtype=np.float64)
         prior_xg = np.zeros(n, dtype=np.float64) if self.with_values else None
         if n == 0 or self._n == 0:
             return prior_n, prior_g, prior_xg
-        known = users < self._taken.size
-        cand = np.flatnonzero(known)
-        if cand.size:
-            cu = users[cand]
-            b1, b2 = _signature_bits(keys[cand])
-            maybe = ((self._sig1[cu] & b1) != 0) & ((self._sig2[cu] & b2) != 0)
-            cand = cand[maybe]
+        b1, b2 = _signature_bits(keys)
+        cand = np.flatnonzero(((rows[:, 0] & b1) != 0) & ((rows[:, 1] & b2) != 0))
         if cand.size == 0:
             return prior_n, prior_g, prior_xg
-        pos = self._head[users[cand]].astype(np.int64)
+        pos = (rows[cand, 2] >> _SHIFT32).astype(np.int64) - 1
         want = keys[cand]
         live = np.flatnonzero(pos >= 0)
         while live.size:  # one step back along each user's records per round (≤ C rounds)
             p = pos[live]
             hit = self._log_key[p] == want[live]
             if hit.any():
-                rows, ph = cand[live[hit]], p[hit]
+                at, ph = cand[live[hit]], p[hit]
                 g = gram[self._log_t[ph]]
-                prior_n[rows] += 1
-                prior_g[rows] += g
+                prior_n[at] += 1
+                prior_g[at] += g
                 if prior_xg is not None:
-                    prior_xg[rows] += self._log_x[ph] * g
+                    prior_xg[at] += self._log_x[ph] * g
             pos[live] = self._log_prev[p]
             live = live[pos[live] >= 0]
         return prior_n, prior_g, prior_xg
@@ -204,29 +206,38 @@ class RecordBounder:
                                   empty_f if self.with_values else None, z, empty_f,
                                   empty_f if self.with_values else None, dropped)
         pk = (u << np.int64(32)) | k
-        o = np.argsort(pk)
-        pk, u, k, r = pk[o], u[o], k[o], r[o]
-        if x is not None:
+        o = None
+        if x is None:  # counts only: the sorted keys are all we need (the order only for binding users)
+            pk_s = np.sort(pk)
+        else:
+            o = np.argsort(pk)
+            pk_s = pk[o]
             x = x[o]
-        ps = _segments(pk)  # pair starts
+        u, k = pk_s >> np.int64(32), pk_s & np.int64(0xFFFFFFFF)
+        ps = _segments(pk_s)  # pair starts
         p_user, p_key = u[ps], k[ps]
-        p_j = np.diff(np.append(ps, pk.size))
-        prior_n, prior_g, prior_xg = self._history(p_user, p_key, gram)
+        p_j = np.diff(np.append(ps, pk_s.size))
         us = _segments(p_user)  # user starts over pairs
         users = p_user[us]
+        rows = self._rows(p_user)
+        prior_n, prior_g, prior_xg = self._history(rows, p_key, gram)
         n_pairs_u = np.diff(np.append(us, p_user.size))
         n_rec_u = np.add.reduceat(p_j, us)
+        taken_u = (rows[us, 2] & _LOW32).astype(np.int64)
         over_m = (prior_n + p_j) > self.m
-        binding = (self.taken(users) + n_rec_u > self.C) | (n_pairs_u > self.delta0)
+        binding = (taken_u + n_rec_u > self.C) | (n_pairs_u > self.delta0)
         if over_m.any():
             binding |= np.logical_or.reduceat(over_m, us)
-        keep = np.ones(pk.size, dtype=bool)
+        keep = np.ones(pk_s.size, dtype=bool)
         if binding.any():
+            if o is None:
+                o = np.argsort(pk)
+            r = r[o]
             rec_pair = np.repeat(np.arange(ps.size), p_j)
-            rec_userix = np.repeat(np.arange(us.size), np.diff(np.append(us, p_user.size)))[rec_pair]
+            rec_userix = np.repeat(np.arange(us.size), n_pairs_u)[rec_pair]
             sub = np.flatnonzero(binding[rec_userix])
-            keep[sub] = self._sequential(u[sub], pk[sub], r[sub], prior_n[rec_pair[sub]],
-                                         self.taken(u[sub]), dropped)
+            keep[sub] = self._sequential(u[sub], pk_s[sub], r[sub], prior_n[rec_pair[sub]],
+                                         taken_u[rec_userix[sub]], dropped)
         if keep.all():
             j, a = p_j, (None if x is None else np.add.reduceat(x, ps))
             rec_user, rec_key, rec_x = u, k, x
@@ -244,7 +255,7 @@ class RecordBounder:
             t=int(t), rec_user=rec_user, rec_key=rec_key, rec_x=rec_x,
             pair_user=p_user[sel], pair_key=p_key[sel], pair_j=j, pair_a=a,
             prior_n=prior_n[sel], prior_g=prior_g[sel], prior_xg=None if prior_xg is None else prior_xg[sel],
-            dropped=dropped)
+            dropped=dropped, users=users, user_rows=rows[us])
 
     def _sequential(self, u: np.ndarray, pk: np.ndarray, r: np.ndarray, prior_n: np.ndarray, taken: np.ndarray,
                     dropped: dict) -> np.ndarray:
@@ -302,10 +313,16 @@ class RecordBounder:
         else:
             u, k = b.rec_user[mask], b.rec_key[mask]
             x = None if b.rec_x is None else b.rec_x[mask]
-        self._append(u, k, np.full(u.size, b.t, dtype=np.int64), x)
+        rows = None
+        if b.users is not None and u.size and b.users.size:  # the rows bound() read: nothing changed them since
+            at = np.searchsorted(b.users, u[_segments(u)])
+            rows = b.user_rows[at].copy()
+        self._append(u, k, np.full(u.size, b.t, dtype=np.int64), x, rows)
 
-    def _append(self, u: np.ndarray, k: np.ndarray, t: np.ndarray, x: np.ndarray | None) -> None:
-        """Append records sorted by user (any key order within a user)."""
+    def _append(self, u: np.ndarray, k: np.ndarray, t: np.ndarray, x: np.ndarray | None,
+                rows: np.ndarray | None = None) -> None:
+        """Append records sorted by user (any key order within a user); ``rows``: the current rows of their
+        distinct users, when the caller has them."""
         m = u.size
         if m == 0:
             return
@@ -317,19 +334,22 @@ class RecordBounder:
         us = _segments(u)
         users = u[us]
         sizes = np.diff(np.append(us, m))
+        if rows is None:
+            rows = np.take(self._user, users, axis=0)
         prev = np.arange(lo - 1, hi - 1, dtype=np.int64)  # the previous record of the same user …
-        prev[us] = self._head[users]  # … or, for a user's first record here, the user's last one before
+        prev[us] = (rows[:, 2] >> _SHIFT32).astype(np.int64) - 1  # … or the user's last one before
         self._log_user[lo:hi] = u
         self._log_key[lo:hi] = k
         self._log_t[lo:hi] = t
         self._log_prev[lo:hi] = prev
         if self.with_values:
             self._log_x[lo:hi] = x
-        self._head[users] = (lo + us + sizes - 1).astype(np.int32)
-        self._taken[users] += sizes.astype(np.int32)
         b1, b2 = _signature_bits(k)
-        self._sig1[users] |= np.bitwise_or.reduceat(b1, us)
-        self._sig2[users] |= np.bitwise_or.reduceat(b2, us)
+        rows[:, 0] |= np.bitwise_or.reduceat(b1, us)
+        rows[:, 1] |= np.bitwise_or.reduceat(b2, us)
+        head1 = (lo + us + sizes).astype(np.uint64)  # last record's position + 1
+        rows[:, 2] = (head1 << _SHIFT32) | ((rows[:, 2] & _LOW32) + sizes.astype(np.uint64))
+        put_rows(self._user, users, rows)
         self._n = hi
 
     # --------------------------------------------------------------------------------------------- snapshots
@@ -375,10 +395,10 @@ class RecordBounder:
                 b._log_x[:n] = x
             users = u[o[us]]
             sizes = np.diff(np.append(us, n))
-            b._head[users] = o[us + sizes - 1].astype(np.int32)
-            b._taken[users] = sizes.astype(np.int32)
             b1, b2 = _signature_bits(k[o])
-            b._sig1[users] = np.bitwise_or.reduceat(b1, us)
-            b._sig2[users] = np.bitwise_or.reduceat(b2, us)
+            b._user[users, 0] = np.bitwise_or.reduceat(b1, us)
+            b._user[users, 1] = np.bitwise_or.reduceat(b2, us)
+            head1 = (o[us + sizes - 1] + 1).astype(np.uint64)
+            b._user[users, 2] = (head1 << _SHIFT32) | sizes.astype(np.uint64)
             b._n = n
         return b

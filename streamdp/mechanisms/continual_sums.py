@@ -80,13 +80,13 @@ def interval_halfwidth(sd: float) -> int:
 
 def window_charges(pair_user: np.ndarray, pair_j: np.ndarray, prior_g: np.ndarray, g_tt: float, sigma: float,
                    pair_a: np.ndarray | None = None, prior_xg: np.ndarray | None = None,
-                   value_sigma: float | None = None, first_unselected: np.ndarray | None = None,
-                   delta_key: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per user of one window: (users, ρ, δ). Pairs sorted by user; see the module docstring for the formulas.
-    A user's ρ is floored at 0 (a negative value increment may lower ΔᵀGΔ; the charge never refunds)."""
+                   value_sigma: float | None = None, first_unselected: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per user of one window: (users, ρ, n) with n the keys first touched while unselected (each costs δ_key).
+    Pairs sorted by user; see the module docstring for the formulas. A user's ρ is floored at 0 (a negative value
+    increment may lower ΔᵀGΔ; the charge never refunds)."""
     if pair_user.size == 0:
-        z = np.zeros(0)
-        return np.zeros(0, dtype=np.int64), z, z
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
     j = pair_j.astype(np.float64)
     inc = (2.0 * j * prior_g + j * j * g_tt) / (2.0 * sigma * sigma)
     if pair_a is not None:
@@ -94,11 +94,11 @@ def window_charges(pair_user: np.ndarray, pair_j: np.ndarray, prior_g: np.ndarra
     starts = np.flatnonzero(np.concatenate(([True], pair_user[1:] != pair_user[:-1])))
     users = pair_user[starts]
     rho = np.maximum(np.add.reduceat(inc, starts), 0.0)
-    if first_unselected is not None and delta_key > 0:
-        delta = np.add.reduceat(first_unselected.astype(np.float64), starts) * float(delta_key)
+    if first_unselected is not None:
+        n_first = np.add.reduceat(first_unselected.astype(np.int64), starts)
     else:
-        delta = np.zeros(users.size)
-    return users, rho, delta
+        n_first = np.zeros(users.size, dtype=np.int64)
+    return users, rho, n_first
 
 
 @dataclass(frozen=True)

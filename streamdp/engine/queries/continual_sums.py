@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from streamdp.accounting.cost import DELTA_SCALE, LOSS_SCALE, N_COMPONENTS, Cost, costs_to_fixed
+from streamdp.accounting.cost import DELTA_SCALE, LOSS_SCALE, N_COMPONENTS, Cost, cost_to_fixed, costs_to_fixed
 from streamdp.bounding.record_bounds import RecordBounder
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.continual_sums import ContinualSums as SumsMechanism
@@ -45,6 +45,22 @@ def record_order(w: WindowData) -> np.ndarray:
         pos = np.arange(w.item_ids.size, dtype=np.int64) - np.repeat(w.item_offsets[:-1], counts)
         return np.repeat(ev_rank, counts) * max(width, 1) + pos
     return np.arange(w.item_ids.size, dtype=np.int64)  # already in time order: input order is event order
+
+
+def charges_to_fixed(x: np.ndarray, scale: int) -> np.ndarray:
+    """Computed charges (floats that no operator wrote) rounded UP to the fixed-point grid, fast: ⌊x·scale⌋ + 1 where
+    x·scale < 2⁴⁸ (the float product is then within 2⁻⁵ of the exact one, so this is ≥ ⌈x·scale⌉, at most one
+    unit — 10⁻¹² ρ — above it), 0 for 0, and :func:`~streamdp.accounting.cost.costs_to_fixed` for the rest."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.size and (not np.all(np.isfinite(x)) or x.min() < 0):
+        raise ValueError("charges must be finite and ≥ 0")
+    p = x * float(scale)
+    out = np.floor(p).astype(np.int64) + 1
+    out[x == 0] = 0
+    big = p >= 2.0 ** 48
+    if big.any():
+        out[big] = costs_to_fixed(x[big], scale)
+    return out
 
 
 class ContinualSums(WindowQuery):
@@ -86,6 +102,7 @@ class ContinualSums(WindowQuery):
         else:
             self.value_bound = 0.0
         self.bounder = RecordBounder(self.C, self.delta0, self.m, with_values=self.requires_value)
+        self._delta_key_fixed = cost_to_fixed(self.delta_key, DELTA_SCALE)
         self._window_cost = self._public_window_cost()
 
     # ------------------------------------------------------------------------------------------------ costs
@@ -146,11 +163,11 @@ class ContinualSums(WindowQuery):
         gram = self.mech.gram_column(w.t)
         b = self.bounder.bound(users, keys, x, record_order(w), w.t, gram)
         first_unselected = (b.prior_n == 0) & ~self.mech.selected_mask(b.pair_key)
-        cu, rho, delta = window_charges(b.pair_user, b.pair_j, b.prior_g, float(gram[w.t]), self.sigma,
-                                        b.pair_a, b.prior_xg, self.value_sigma, first_unselected, self.delta_key)
+        cu, rho, n_first = window_charges(b.pair_user, b.pair_j, b.prior_g, float(gram[w.t]), self.sigma,
+                                          b.pair_a, b.prior_xg, self.value_sigma, first_unselected)
         costs = np.zeros((cu.size, N_COMPONENTS), dtype=np.int64)
-        costs[:, _RHO] = costs_to_fixed(rho, LOSS_SCALE)
-        costs[:, _DELTA] = costs_to_fixed(delta, DELTA_SCALE)
+        costs[:, _RHO] = charges_to_fixed(rho, LOSS_SCALE)
+        costs[:, _DELTA] = n_first * self._delta_key_fixed  # exact: δ_key as the operator wrote it, rounded up
         return Reservation(users=cu, costs=costs, private=b)
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
@@ -164,7 +181,7 @@ class ContinualSums(WindowQuery):
             keep = admitted[b.pair_user]
             keys, j = b.pair_key[keep], b.pair_j[keep]
             if keys.size:
-                o = np.argsort(keys, kind="stable")
+                o = np.argsort(keys)  # any order within a key: the increments are summed
                 keys = keys[o]
                 starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
                 ids = keys[starts]
@@ -174,20 +191,20 @@ class ContinualSums(WindowQuery):
                     inc_s = np.add.reduceat(a_units, starts)
         rel = self.mech.step(ids, inc_c, inc_s, rng)
         names = items.names(rel.selected_ids)
-        counts = rel.counts.tolist()
         hc = rel.count_halfwidth
         values = {
-            "counts": dict(zip(names, counts)),
+            "counts": dict(zip(names, rel.counts.tolist())),
             "sums": None,
-            "ci95": {"count": dict(zip(names, ([c - hc, c + hc] for c in counts))), "sum": None},
+            "ci95": {"count": dict(zip(names, zip((rel.counts - hc).tolist(), (rel.counts + hc).tolist()))),
+                     "sum": None},
             "new_keys": sorted(items.names(rel.new_ids)),
             "threshold": rel.threshold,
         }
         if rel.sums is not None:
             g, hs = self.grid, rel.sum_halfwidth
-            s_units = rel.sums.tolist()
-            values["sums"] = dict(zip(names, (s * g for s in s_units)))
-            values["ci95"]["sum"] = dict(zip(names, ([(s - hs) * g, (s + hs) * g] for s in s_units)))
+            values["sums"] = dict(zip(names, (rel.sums * g).tolist()))  # × a power of two: exact
+            values["ci95"]["sum"] = dict(zip(names, zip(((rel.sums - hs) * g).tolist(),
+                                                        ((rel.sums + hs) * g).tolist())))
         return QueryRelease(values=values, meta={"selected": len(names), "new_selected": len(values["new_keys"])})
 
     # ------------------------------------------------------------------------------------------------ state
