@@ -117,9 +117,8 @@ class RecordBounder:
         have = self._user.shape[0]
         if need <= have:
             return
-        new = np.zeros((max(need, have + have // 2, 1024), 3), dtype=np.uint64)
-        new[:have] = self._user
-        self._user = new
+        # in place where the allocator can (no second copy); the new rows are zero
+        self._user.resize((max(need, 2 * have, 1024), 3), refcheck=False)
 
     def _grow_log(self, need: int) -> None:
         if need > _MAX_LOG:
@@ -315,8 +314,11 @@ class RecordBounder:
             x = None if b.rec_x is None else b.rec_x[mask]
         rows = None
         if b.users is not None and u.size and b.users.size:  # the rows bound() read: nothing changed them since
-            at = np.searchsorted(b.users, u[_segments(u)])
-            rows = b.user_rows[at].copy()
+            starts = _segments(u)
+            if starts.size == b.users.size:  # every user of the window kept a record and was admitted
+                rows = b.user_rows
+            else:
+                rows = b.user_rows[np.searchsorted(b.users, u[starts])]
         self._append(u, k, np.full(u.size, b.t, dtype=np.int64), x, rows)
 
     def _append(self, u: np.ndarray, k: np.ndarray, t: np.ndarray, x: np.ndarray | None,
