@@ -194,8 +194,8 @@ class ReleaseEngine:
         reasons[t <= W.last_closed] = "late"
         reasons[t < 1] = "before_origin"
         reasons[future & (reasons == None)] = "too_far_in_future"  # noqa: E711
-        if self._needs_value:
-            no_value = np.isnan(batch.value) & (np.diff(batch.item_offsets) > 0)
+        no_value = self.missing_value(batch)
+        if no_value is not None:
             reasons[no_value & (reasons == None)] = "missing_value"  # noqa: E711
         ok = reasons == None  # noqa: E711
         rejected = [(int(i), str(reasons[i])) for i in np.flatnonzero(~ok)]
@@ -228,6 +228,14 @@ class ReleaseEngine:
             })
         self.windows.observe(float(ts.max()), partition, now)
         return rejected
+
+    def missing_value(self, batch: EventBatch) -> np.ndarray | None:
+        """Rows no configured query can use whatever their time — events with items and no value, when a query sums
+        the value (``missing_value``) — as a bool mask, or None when no query needs a value. Anything that holds
+        events before the engine (the Kafka worker's alignment) applies it on arrival, as the engine does."""
+        if not self._needs_value:
+            return None
+        return np.isnan(batch.value) & (np.diff(batch.item_offsets) > 0)
 
     def _intern(self, batch: EventBatch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Interned user ids, item ids and CSR item offsets of ``batch``'s rows ``rows`` (sorted). With the

@@ -241,6 +241,9 @@ class CanonicalStage:
         reasons[t <= W.last_closed] = "late"
         reasons[t < 1] = "before_origin"
         reasons[future & (reasons == None)] = "too_far_in_future"  # noqa: E711
+        no_value = self.engine.missing_value(batch)  # the engine's own content rule, applied on arrival
+        if no_value is not None:
+            reasons[no_value & (reasons == None)] = "missing_value"  # noqa: E711
         ok = reasons == None  # noqa: E711
         rejected = [(int(i), str(reasons[i])) for i in np.flatnonzero(~ok)]
         for r in set(r for _, r in rejected):
