@@ -301,6 +301,10 @@ def _run_json(a, kind, cal, store, user, key, bounds, seed) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------------ report
+def _ratio(r: dict) -> str:
+    return f"{r['released_raw_l2'] / r['noise_l2']:.2f}" if r["noise_l2"] > 0 else "n/a (no key released)"
+
+
 def _fmt(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
@@ -348,7 +352,7 @@ def main() -> None:
                           + (f"  [prepare {r['prepare_s']:.1f}  admit {r['admit_s']:.1f}  release "
                              f"{r['release_s']:.1f}  record {r['record_s']:.1f}]" if mode == "mechanism" else "")
                           + (f"  released keys: L2 vs raw {r['released_raw_l2']:,.1f}, noise-only "
-                             f"{r['noise_l2']:,.1f} (ratio {r['released_raw_l2'] / r['noise_l2']:.2f})"
+                             f"{r['noise_l2']:,.1f} (ratio {_ratio(r)})"
                              if "noise_l2" in r else ""), flush=True)
                 mean = {k: float(np.mean([r[k] for r in runs])) for k in
                         ("keys", "linf", "l1", "l2", "seconds", "peak_rss_gb")}
@@ -368,7 +372,7 @@ def main() -> None:
         if "noise_l2" in m:
             print(f"{a.workload}: {kind} ({noise}, {mode}) over the released keys: L2 vs the raw histogram "
                   f"{m['released_raw_l2']:,.1f}, noise-only L2 {m['noise_l2']:,.1f}, ratio "
-                  f"{m['released_raw_l2'] / m['noise_l2']:.2f} (repeat-heavy target ≤ 2); over all keys L2 "
+                  f"{_ratio(m)} (repeat-heavy target ≤ 2); over all keys L2 "
                   f"{m['l2']:,.1f}")
     r0 = rows[0][4]
     print(f"calibration: ρ_B = {r0['rho_b']:.4f} (CKS at δ_conv), δ_B = {r0['delta_b']:.3g}, σ = {r0['sigma']:.3f}")
