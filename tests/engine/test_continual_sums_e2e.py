@@ -124,3 +124,16 @@ def test_snapshot_restore_continues_with_the_kept_noise():
     e3.store = e2.store  # the budget store lives on (Redis in the service)
     resumed = part + run(e3, rest)
     assert [r.to_bytes() for r in straight] == [r.to_bytes() for r in resumed]
+
+
+def test_a_new_epoch_restarts_totals_selection_and_the_records_per_user():
+    # L = 4, C = 2: u's one record per window is kept in windows 1, 2 (epoch 0) and 5, 6 (epoch 1) only
+    e, store = engine([q(max_contributions=2, horizon=4, max_per_key=1)], Cost.zcdp(100.0, 1e-3), horizon=4)
+    recs = run(e, [ev("u", 10.0 * w + 1, [f"k{w}"]) for w in range(8)]
+               + [ev(f"c{i}", 10.0 * w + 2, ["pop"]) for w in (0, 4) for i in range(40)])
+    # ‖C e_t‖² at L = 4 (3 levels): windows 1, 2 lie in 3 completed nodes each
+    assert spent_rho(store, "u") == pytest.approx(4 * 3 / 8, abs=1e-9)
+    assert e.queries[0].bounder.n_log == 42  # epoch 1: u's two records and the 40 others
+    by = {(r.epoch, r.t): r for r in recs}
+    assert "pop" in by[(0, 1)].values["counts"] and "pop" in by[(1, 1)].values["counts"]
+    assert by[(1, 1)].values["counts"]["pop"] < 60  # restarted: epoch 1's own 40 records, not 80
