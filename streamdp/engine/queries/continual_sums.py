@@ -63,6 +63,15 @@ def charges_to_fixed(x: np.ndarray, scale: int) -> np.ndarray:
     return out
 
 
+def _int_bincount(keys: np.ndarray, weights: np.ndarray, top: int) -> np.ndarray:
+    """``np.bincount`` with int64 weights summed exactly (float64 weights would round past 2⁵³)."""
+    if weights.size == 0 or int(np.abs(weights).max()) * keys.size < 2 ** 53:
+        return np.rint(np.bincount(keys, weights=weights, minlength=top)).astype(np.int64)
+    out = np.zeros(top, dtype=np.int64)
+    np.add.at(out, keys, weights)
+    return out
+
+
 class ContinualSums(WindowQuery):
     kind = "continual_sums"
     notion = "zcdp"
@@ -179,16 +188,30 @@ class ContinualSums(WindowQuery):
         if b is not None and b.pair_user.size:
             self.bounder.commit(b, admitted)
             keep = admitted[b.pair_user]
-            keys, j = b.pair_key[keep], b.pair_j[keep]
+            everyone = bool(keep.all())
+            keys, j = (b.pair_key, b.pair_j) if everyone else (b.pair_key[keep], b.pair_j[keep])
             if keys.size:
-                o = np.argsort(keys)  # any order within a key: the increments are summed
-                keys = keys[o]
-                starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-                ids = keys[starts]
-                inc_c = np.add.reduceat(j[o], starts)
+                a_units = None
                 if self.requires_value:
-                    a_units = np.rint(b.pair_a[keep][o] / self.grid).astype(np.int64)
-                    inc_s = np.add.reduceat(a_units, starts)
+                    a_units = np.rint((b.pair_a if everyone else b.pair_a[keep]) / self.grid).astype(np.int64)
+                top = int(keys.max()) + 1
+                if top <= 4 * keys.size + (1 << 20):  # dense ids: one counting pass (exact: integer weights)
+                    per = np.bincount(keys, weights=j, minlength=top)
+                    ids = np.flatnonzero(per)
+                    inc_c = per[ids].astype(np.int64)
+                    if a_units is not None:
+                        has = np.bincount(keys, minlength=top)  # keys whose value sum is 0 still count
+                        ids = np.flatnonzero(has)
+                        inc_c = per[ids].astype(np.int64)
+                        inc_s = _int_bincount(keys, a_units, top)[ids]
+                else:
+                    o = np.argsort(keys)  # any order within a key: the increments are summed
+                    ks = keys[o]
+                    starts = np.flatnonzero(np.concatenate(([True], ks[1:] != ks[:-1])))
+                    ids = ks[starts]
+                    inc_c = np.add.reduceat(j[o], starts)
+                    if a_units is not None:
+                        inc_s = np.add.reduceat(a_units[o], starts)
         rel = self.mech.step(ids, inc_c, inc_s, rng)
         names = items.names(rel.selected_ids)
         hc = rel.count_halfwidth
