@@ -173,16 +173,21 @@ def run_once(a, kind: str, noise: str, mode: str, seed: int, out) -> None:
     user, key, bounds = workload(a.workload, a.users, a.ticks, seed, a.C)
     n_keys = 10 ** 6 if a.workload == "dpsqlp" else 10 ** 5
     truth = np.bincount(key, minlength=n_keys + 1).astype(np.float64)
+    n_records = int(user.size)
+    # one array pair per tick, each freed once fed (as storm frees its batches)
+    ticks = [(user[int(bounds[t]):int(bounds[t + 1])].copy(), key[int(bounds[t]):int(bounds[t + 1])].copy())
+             for t in range(a.ticks)]
+    del user, key
     cal = calibrate(a, kind, noise)
     store = MemoryBudgetStore(budget_vector(Cost.zcdp(cal["rho_b"], cal["delta_b"])))
     gen_s = time.perf_counter() - t_gen
     res = dict(kind=kind, noise=noise if kind == "continual_sums" else "tree", mode=mode, seed=seed,
-               records=int(user.size), sigma=cal["sigma"], rho_b=cal["rho_b"], delta_b=cal["delta_b"],
+               records=n_records, sigma=cal["sigma"], rho_b=cal["rho_b"], delta_b=cal["delta_b"],
                gen_s=gen_s)
     if mode == "mechanism":
-        res.update(_run_mechanism(a, kind, cal, store, user, key, bounds, seed))
+        res.update(_run_mechanism(a, kind, cal, store, ticks, n_keys, seed))
     else:
-        res.update(_run_json(a, kind, cal, store, user, key, bounds, seed))
+        res.update(_run_json(a, kind, cal, store, ticks, seed))
     released, exact = res.pop("released"), res.pop("exact", None)
     res.update(_metrics(released, truth))
     if exact is not None:  # over the released keys: against the raw histogram, and noise only (the bounded counts)
@@ -205,7 +210,7 @@ def _build_query(kind: str, cal: dict, L: int):
     return ContinualSums("q", horizon=L, **cal["params"])
 
 
-def _run_mechanism(a, kind, cal, store, user, key, bounds, seed) -> dict:
+def _run_mechanism(a, kind, cal, store, ticks, n_keys, seed) -> dict:
     from streamdp.engine.query import WindowData
     from streamdp.noise.generator import make_generator
     from streamdp.outputs.records import ReleaseRecord
@@ -213,19 +218,20 @@ def _run_mechanism(a, kind, cal, store, user, key, bounds, seed) -> dict:
     L = a.ticks
     q = _build_query(kind, cal, L)
     users_tab = _Names([f"u{i}" for i in range(a.users)])
-    n_keys = int(key.max()) + 1
-    items = _Names([str(i) for i in range(n_keys)])
+    items = _Names([str(i) for i in range(n_keys + 1)])
     rng = make_generator(1000 + seed)  # test mode: reproducible noise for a benchmark run
     admitted = np.zeros(a.users, dtype=bool)
     t_prep = t_admit = t_rel = t_rec = 0.0
     rel = None
     for t in range(1, L + 1):
-        lo, hi = int(bounds[t - 1]), int(bounds[t])
-        n = hi - lo
+        tu, tk = ticks[t - 1]
+        ticks[t - 1] = None
+        n = tu.size
         w = WindowData(seq=t, epoch=0, t=t, start=60.0 * (t - 1), end=60.0 * t,
-                       user_ids=user[lo:hi].astype(np.int64), ts=np.full(n, 60.0 * (t - 1)),
-                       item_offsets=np.arange(n + 1, dtype=np.int64), item_ids=key[lo:hi].astype(np.int64),
+                       user_ids=tu.astype(np.int64), ts=np.full(n, 60.0 * (t - 1)),
+                       item_offsets=np.arange(n + 1, dtype=np.int64), item_ids=tk.astype(np.int64),
                        value=np.full(n, np.nan), loc=np.full((n, 2), np.nan))
+        del tu, tk
         c0 = time.perf_counter()
         r = q.prepare(w, rng)
         c1 = time.perf_counter()
@@ -251,7 +257,7 @@ def _run_mechanism(a, kind, cal, store, user, key, bounds, seed) -> dict:
     return out
 
 
-def _run_json(a, kind, cal, store, user, key, bounds, seed) -> dict:
+def _run_json(a, kind, cal, store, ticks, seed) -> dict:
     import orjson
 
     from streamdp.engine.engine import EngineConfig, ReleaseEngine
@@ -279,10 +285,12 @@ def _run_json(a, kind, cal, store, user, key, bounds, seed) -> dict:
     seconds = 0.0
     batch = a.batch
     for t in range(1, L + 1):
-        lo, hi = int(bounds[t - 1]), int(bounds[t])
-        n = hi - lo
+        tu, tk = ticks[t - 1]
+        ticks[t - 1] = None
+        n = tu.size
         ts = np.sort(60.0 * (t - 1) + g.random(n) * 59.0)
-        us, ks = user[lo:hi].tolist(), key[lo:hi].tolist()
+        us, ks = tu.tolist(), tk.tolist()
+        del tu, tk
         payloads = [orjson.dumps({"user": f"u{u}", "ts": s, "items": [str(k)]}) for u, s, k in zip(us, ts.tolist(), ks)]
         del us, ks
         c0 = time.perf_counter()

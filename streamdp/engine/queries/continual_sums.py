@@ -110,7 +110,8 @@ class ContinualSums(WindowQuery):
             self.value_bound = max(abs(self._lo_units), abs(self._hi_units)) * self.grid
         else:
             self.value_bound = 0.0
-        self.bounder = RecordBounder(self.C, self.delta0, self.m, with_values=self.requires_value)
+        self.bounder = RecordBounder(self.C, self.delta0, self.m, with_values=self.requires_value,
+                                     horizon=self.horizon)
         self._delta_key_fixed = cost_to_fixed(self.delta_key, DELTA_SCALE)
         self._window_cost = self._public_window_cost()
 
