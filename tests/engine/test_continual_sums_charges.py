@@ -162,3 +162,19 @@ def test_public_cost_bounds_every_realised_window_charge():
     assert bound.zcdp_delta == pytest.approx(3 * DK)
     r, _ = spent(store, "u")
     assert r <= qq.epoch_cost_bound().zcdp_rho + 1e-9
+
+
+def test_blt_charges_and_thresholds_from_the_explicit_factorization():
+    from streamdp.mechanisms.blt_noise import fit_blt
+    from tests.mechanisms.test_continual_sums_noise import blt_matrices
+
+    M, Cm, B, A = blt_matrices(fit_blt(L, 4))  # C = M⁻¹ and B = A·M, built entry by entry and inverted by numpy
+    e, store = engine([q(noise="blt", max_per_key=2)], BIG, horizon=L)
+    recs = run(e, [ev("u", 1.0, ["k"]), ev("u", 41.0, ["k"]), ev("w", 71.0, ["j"])])  # windows 1, 5 and 8
+    v = np.zeros(L)
+    v[[0, 4]] = 1.0
+    assert_charged(store, "u", float(np.sum((Cm @ v) ** 2)) / (2 * SIGMA ** 2), DK, 2)
+    assert_charged(store, "w", float(np.sum(Cm[:, 7] ** 2)) / (2 * SIGMA ** 2), DK, 1)
+    z = float(norm.ppf(1 - DK / L))
+    for r in recs:
+        assert r.values["threshold"] == pytest.approx(2 + SIGMA * math.sqrt(B[r.t - 1] @ B[r.t - 1]) * z, rel=1e-9)
