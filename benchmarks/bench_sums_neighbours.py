@@ -2,7 +2,7 @@
 the (ε, δ) the filter charged that user — the long version of tests/mechanisms/test_continual_sums_laws.py.
 
 n independent universes share one stream (disjoint users and keys; every key's noise is its own, so each universe
-is an independent trial of the same neighbouring pair). In universe r: 7 background users put one record each on key
+is an independent trial of the same neighbouring pair). In universe r: ``--background`` users put one record each on key
 b_r in window 1; in D′ a user u_r adds, in windows 1–2, one record on b_r and ``--own`` records on keys nobody else
 has. For events S of one universe's releases — b_r selected at window 1, b_r's count at the last window above or
 below c, any of u_r's own keys ever released — the frequencies over the n universes must satisfy
@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 
 
-def run(universes: int, with_user: bool, noise: str, own: int, sigma: float, seed: int):
+def run(universes: int, with_user: bool, noise: str, own: int, sigma: float, seed: int, background: int):
     from streamdp.accounting.cost import Cost, budget_vector
     from streamdp.engine.engine import EngineConfig, ReleaseEngine
     from streamdp.engine.pipeline import EmbeddedPipeline
@@ -39,7 +39,7 @@ def run(universes: int, with_user: bool, noise: str, own: int, sigma: float, see
     eng = ReleaseEngine(EngineConfig(window_seconds=10.0, horizon=L, origin=0.0, unsafe_test_seed=seed), [q], store)
     evs = []
     for r in range(universes):
-        for i in range(7):
+        for i in range(background):
             evs.append((1.0, orjson.dumps({"user": f"b{r}_{i}", "ts": 1.0, "items": [f"b{r}"]})))
         if with_user:
             evs.append((2.0, orjson.dumps({"user": f"u{r}", "ts": 2.0, "items": [f"b{r}"]})))
@@ -74,19 +74,21 @@ def main() -> None:
     ap.add_argument("--own", type=int, default=3)
     ap.add_argument("--sigma", type=float, default=4.0)
     ap.add_argument("--delta-prime", type=float, default=1e-3)
+    ap.add_argument("--background", type=int, default=15, help="users on key b (near T₁ = 1 + 3.66·σ at σ = 4)")
     a = ap.parse_args()
     n = a.universes
     t0 = time.perf_counter()
-    s0, c0, o0, _ = run(n, False, a.noise, a.own, a.sigma, 101)
-    s1, c1, o1, (rho, delta_u) = run(n, True, a.noise, a.own, a.sigma, 202)
+    s0, c0, o0, _ = run(n, False, a.noise, a.own, a.sigma, 101, a.background)
+    s1, c1, o1, (rho, delta_u) = run(n, True, a.noise, a.own, a.sigma, 202, a.background)
     eps = float(cks_epsilon(rho, a.delta_prime))
     delta = delta_u + a.delta_prime
-    print(f"# neighbouring streams, {n:,} universes, noise {a.noise}, σ = {a.sigma}, the user: 1 record on b and "
+    print(f"# neighbouring streams, {n:,} universes, noise {a.noise}, σ = {a.sigma}, {a.background} users on b, "
+          f"the user: 1 record on b and "
           f"{a.own} of their own ({time.perf_counter() - t0:.1f} s)")
     print(f"charged to the user: ρ = {rho:.4f}, δ = {delta_u:.3g} → claimed (ε, δ) = ({eps:.3f}, {delta:.3g}) "
           f"(CKS at δ′ = {a.delta_prime:g})")
     events = {"b selected at window 1": (s0, s1), "an own key ever released": (o0, o1)}
-    for c in range(0, 22, 3):
+    for c in range(a.background - 9, a.background + 13, 3):
         events[f"b's last count ≥ {c}"] = (np.nan_to_num(c0, nan=-1e9) >= c, np.nan_to_num(c1, nan=-1e9) >= c)
         events[f"b's last count ≤ {c}"] = (np.nan_to_num(c0, nan=1e9) <= c, np.nan_to_num(c1, nan=1e9) <= c)
     print(f"| event | Pr[D] | Pr[D′] | max ratio allowed e^ε | within (ε, δ) |\n|---|---|---|---|---|")
