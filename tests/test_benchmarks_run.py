@@ -15,7 +15,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RUNS = [  # (script and toy arguments, a line its table prints)
-    ("bench_dp_sqlp.py --ticks 3 --records 500 --users 300 --keys 200", "DP-SQLP workload: 3 ticks"),
+    ("bench_dp_sqlp.py --ticks 3 --users 3000 --seeds 1", "DP-SQLP workload: 3 ticks"),
     ("bench_emd.py --quick", "## PrivEMDLinear"),
     ("bench_filter_redis.py --sizes 1000 --rounds 1 --repeats 1", "admit/s"),
     ("bench_geo.py --quick", "## CGP identity query"),
@@ -25,6 +25,7 @@ RUNS = [  # (script and toy arguments, a line its table prints)
      "ratio worker / raw aiokafka, median"),
     ("bench_range_queries.py --quick --sections speed", "total wall time"),
     ("bench_samplers.py --n 1000 --repeat 1", "vs PCG64"),
+    ("bench_sums_neighbours.py --universes 300", "violations: 0"),
     ("bench_tree_variance.py --items 50", "plain MSE (analytic)"),
     ("bench_window_close.py --items 1000 --repeats 1", "# window close, L=4096"),
     ("bench_window_histogram.py --trials 2", "## through the engine"),

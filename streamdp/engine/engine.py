@@ -182,6 +182,9 @@ class ReleaseEngine:
         # logged key outside it was released by another run (_refuse_released)
         self._logged_here: set[str] = set()
         self._failed: str | None = None  # why the last close_due failed (EngineFailed until a restore)
+        # a query that sums the events' value (continual_sums with value_range) cannot use an event with items and
+        # no value: such events are dead-lettered here as "missing_value" rather than silently left out of its sums
+        self._needs_value = [q.id for q in self.queries if getattr(q, "requires_value", False)]
 
     def _check_not_failed(self) -> None:
         if self._failed is not None:
@@ -200,7 +203,8 @@ class ReleaseEngine:
 
     def ingest(self, batch: EventBatch, partition: int = 0, now: float | None = None) -> list[tuple[int, str]]:
         """Judge a parsed batch of ONE input partition (its events in offset order) and hold the accepted events
-        for their windows. Returns (row, reason) for the rows rejected (``before_origin``, ``too_far_in_future``,
+        for their windows. Returns (row, reason) for the rows rejected (``missing_value``: an event with items
+        and no value while a query sums the value, judged first; ``before_origin``, ``too_far_in_future``,
         ``late``). Each event is judged against its own partition's watermark at that event
         (:meth:`TumblingWindows.judge`), so the verdicts do not depend on how the partition's sequence is cut into
         batches nor on what other partitions delivered meanwhile. Nothing is interned here: names get their ids
@@ -211,7 +215,24 @@ class ReleaseEngine:
         if n == 0:
             return []
         self.counters.events_in += n
+        # content first (as the parser's rejections): an event no query can use whatever its time is dead-lettered
+        # before it is judged, so it never moves its partition's watermark
+        no_value = self.missing_value(batch)
+        if no_value is not None and no_value.any():
+            self.counters.dead("missing_value", int(no_value.sum()))
+            kept = np.flatnonzero(~no_value)
+            head = [(int(i), "missing_value") for i in np.flatnonzero(no_value).tolist()]
+            if kept.size == 0:
+                self.windows.touch(partition, now)  # delivering, even if nothing is accepted: not idle
+                return head
+            sub = self._ingest_judged(take_events(batch, kept), partition, now)
+            return sorted(head + [(int(kept[i]), r) for i, r in sub])
+        return self._ingest_judged(batch, partition, now)
+
+    def _ingest_judged(self, batch: EventBatch, partition: int, now: float | None) -> list[tuple[int, str]]:
+        """:meth:`ingest` of a batch whose every event some query can use: judged by time and held."""
         c = self.config
+        n = len(batch)
         t, code = self.windows.judge(batch.ts, partition, c.max_future_seconds, time.time(), now)
         ok = code == OK
         rejected: list[tuple[int, str]] = []
@@ -238,6 +259,14 @@ class ReleaseEngine:
                 sel = np.sort(grp) if rows is None else rows[np.sort(grp)]
                 self.held.add(int(tw[grp[0]]), partition, take_events(batch, sel))
         return rejected
+
+    def missing_value(self, batch: EventBatch) -> np.ndarray | None:
+        """Rows no configured query can use whatever their time — events with items and no value, when a query sums
+        the value (``missing_value``) — as a bool mask, or None when no query needs a value. Anything that holds
+        events before the engine (the Kafka worker's alignment) applies it on arrival, as the engine does."""
+        if not self._needs_value:
+            return None
+        return np.isnan(batch.value) & (np.diff(batch.item_offsets) > 0)
 
     def _intern(self, batch: EventBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Interned user ids, item ids and CSR item offsets of every row of ``batch`` (one window's events in

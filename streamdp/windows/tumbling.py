@@ -90,6 +90,8 @@ def rejection_detail(reason: str, ts: float, windows: "TumblingWindows", max_fut
     if reason == "too_far_in_future":
         return (f"event time {ts!r} is more than max_future_seconds = {max_future!r} past the newest time accepted "
                 "before it, or past the current time")
+    if reason == "missing_value":
+        return "the event has items but no 'value', which a continual_sums query with a value_range sums"
     return ""
 
 

@@ -40,7 +40,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 REGISTERED = sorted(kinds())
 SHIFT = 2  # windows without any event before the data
 #: values fields that are maps keyed by released names (items, cells): their keys are the release itself
-OPEN_MAPS = {("continual_counts", "counts"), ("window_histogram", "counts"), ("grid_means", "cells")}
+OPEN_MAPS = {("continual_counts", "counts"), ("window_histogram", "counts"), ("grid_means", "cells"),
+             ("continual_sums", "counts"), ("continual_sums", "sums")}  # continual_sums: also under ci95
 SEQUENTIAL = ("range_counts", "kde_point", "knn_point", "threshold_count")
 
 
@@ -223,3 +224,4 @@ def test_a_secure_record_says_test_mode_false():
         d = orjson.loads(r.to_bytes())
         assert d["test_mode"] is False
         validator(f"{r.kind}.schema.json").validate(d)
+
