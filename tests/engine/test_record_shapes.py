@@ -41,7 +41,8 @@ REGISTERED = sorted(kinds())
 SHIFT = 2  # windows without any event before the data
 #: values fields that are maps keyed by released names (items, cells): their keys are the release itself
 OPEN_MAPS = {("continual_counts", "counts"), ("window_histogram", "counts"), ("grid_means", "cells"),
-             ("continual_sums", "counts"), ("continual_sums", "sums")}  # continual_sums: also under ci95
+             ("continual_sums", "counts"), ("continual_sums", "sums"), ("continual_sums", "count"),
+             ("continual_sums", "sum")}  # continual_sums: ci95.count and ci95.sum are keyed by released keys too
 SEQUENTIAL = ("range_counts", "kde_point", "knn_point", "threshold_count")
 
 
