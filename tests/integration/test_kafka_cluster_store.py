@@ -22,7 +22,8 @@ def test_the_worker_on_a_redis_cluster_matches_the_embedded_pipeline(tansu, redi
     cfg = write_config(tmp_path / "service.toml", raw)
     assert produce(tansu.bootstrap, raw["kafka"]["input_topic"], events, 1) == len(events)
     log = tmp_path / "worker.log"
-    p = start_worker(["--config", cfg, "--store", redis_cluster_url, "--drain-idle", "2", "--standalone"], None,
+    p = start_worker(["--config", cfg, "--store", redis_cluster_url, "--drain-idle", "2", "--standalone",
+                      "--close-open-windows"], None,
                      str(log))
     assert wait_or_kill(p, 180) == 0, log.read_text()[-3000:]
     expected, _, mem = embedded_releases(raw, events)
