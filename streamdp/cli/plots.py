@@ -38,11 +38,13 @@ class PlotContext:
     users: list = field(default_factory=list)  # UserBudget of every user the store saw
     default_budget: np.ndarray | None = None
 
-    _parsed: list | None = None
+    _rows: list | None = None
+    _distinct: list | None = None
 
-    def parsed(self) -> list[tuple[str, int, list]]:
-        """(user, window seq, distinct items) of every accepted event with a user, in input order."""
-        if self._parsed is None:
+    def parsed(self, distinct: bool = True) -> list[tuple[str, int, list]]:
+        """(user, window seq, items) of every accepted event with a user, in input order: its distinct items (the
+        distinct-user kinds' view), or with ``distinct=False`` every item as sent (the event-count kinds')."""
+        if self._rows is None:
             import orjson
 
             ws, origin = self.cfg.service["window_seconds"], self.cfg.service["origin"]
@@ -58,9 +60,13 @@ class PlotContext:
                 items = e.get("items") or []
                 if not isinstance(items, list):
                     items = []
-                out.append((str(user), int((ts - origin) // ws) + 1, list(dict.fromkeys(map(str, items)))))
-            self._parsed = out
-        return self._parsed
+                out.append((str(user), int((ts - origin) // ws) + 1, [str(x) for x in items]))
+            self._rows = out
+        if not distinct:
+            return self._rows
+        if self._distinct is None:
+            self._distinct = [(u, s, list(dict.fromkeys(items))) for u, s, items in self._rows]
+        return self._distinct
 
 
 Panel = Callable[..., "str | None"]
@@ -153,6 +159,67 @@ def continual_counts_panel(ax, query: dict, records: list[dict], ctx: PlotContex
     ax.set_ylabel("running count per epoch" + (" (distinct users)" if cap == 1 else f" (≤ {cap} per user)"))
     ax.set_title(f"{query['id']} (continual_counts): released vs true running counts, top {len(top)} items",
                  fontsize=9)
+    ax.legend(fontsize=6, ncol=3)
+    return None
+
+
+def continual_sums_panel(ax, query: dict, records: list[dict], ctx: PlotContext) -> str | None:
+    """Released running event counts (and, with a ``value_range``, clamped sums on a twin axis) of the top keys, their
+    95 % intervals as bands, against the NON-PRIVATE truth over every accepted event and over admitted users; lines
+    broken at epochs. The truths count every record of a user (no per-user bound), as a reader would."""
+    horizon = ctx.cfg.service["horizon"]
+    released: dict = defaultdict(dict)
+    bands: dict = defaultdict(dict)
+    for r in records:
+        v = r["values"]
+        ci = (v.get("ci95") or {}).get("count") or {}
+        for k, c in (v.get("counts") or {}).items():
+            released[k][_seq(r)] = c
+            if k in ci:
+                bands[k][_seq(r)] = ci[k]
+    if not released:
+        return _empty(ax, query, "no key crossed the selection threshold")
+    final = {k: v[max(v)] for k, v in released.items()}
+    top = sorted(final, key=final.get, reverse=True)[:5]
+    last = max(_seq(r) for r in records)
+    want = set(top)
+    raw_by: dict = {k: defaultdict(int) for k in top}  # key → seq → records
+    adm_by: dict = {k: defaultdict(int) for k in top}
+    for user, seq, items in ctx.parsed(distinct=False):
+        halted = ctx.halted_at.get(user)
+        for k in items:
+            if k in want:
+                raw_by[k][seq] += 1
+                if halted is None or seq < halted:
+                    adm_by[k][seq] += 1
+    xs_all = list(range(1, last + 1))
+
+    def running(by: dict) -> list[float]:
+        out, v = [], 0
+        for s in xs_all:
+            if (s - 1) % horizon == 0:
+                v = 0
+            v += by.get(s, 0)
+            out.append(v)
+        return out
+
+    for i, k in enumerate(top):
+        xs = sorted(released[k])
+        _plot_segments(ax, xs, [released[k][x] for x in xs], horizon, color=f"C{i}", lw=1.6, label=f"{k} released")
+        bx = sorted(bands[k])
+        for seg_x, _ in _epoch_segments(bx, [0.0] * len(bx), horizon):
+            ax.fill_between(seg_x, [bands[k][x][0] for x in seg_x], [bands[k][x][1] for x in seg_x],
+                            color=f"C{i}", alpha=0.15, linewidth=0)
+        _plot_segments(ax, xs_all, running(adm_by[k]), horizon, color=f"C{i}", ls="--", lw=1.0, alpha=0.9,
+                       label=f"{k} truth, admitted users")
+        _plot_segments(ax, xs_all, running(raw_by[k]), horizon, color=f"C{i}", ls=":", lw=1.0, alpha=0.7,
+                       label=f"{k} truth, all users")
+    _epoch_lines(ax, last, horizon)
+    ax.set_xlabel("window (dashed grey: a new epoch, the counts restart)")
+    ax.set_ylabel("running count of events per epoch\n(truths: every record; released: each user's bounded records)",
+                  fontsize=7)
+    ax.set_title(f"{query['id']} (continual_sums): released event counts with 95 % intervals vs true running "
+                 f"counts, top {len(top)} keys", fontsize=9)
     ax.legend(fontsize=6, ncol=3)
     return None
 
@@ -362,6 +429,7 @@ def _empty(ax, query: dict, why: str) -> str:
 #: kind → panel; kinds not listed get :func:`generic_panel`
 PANELS: dict[str, Panel] = {
     "continual_counts": continual_counts_panel,
+    "continual_sums": continual_sums_panel,
     "top_k": top_k_panel,
     "window_histogram": window_histogram_panel,
     "grid_means": grid_means_panel,
@@ -373,7 +441,7 @@ PANELS: dict[str, Panel] = {
     "geo_knn": geo_knn_panel,
     "geo_convex_hull": geo_convex_hull_panel,
     "emd_frequency": emd_frequency_panel,
-    # emd_linear, continual_sums and any new kind: generic_panel
+    # emd_linear and any new kind: generic_panel
 }
 
 
