@@ -6,7 +6,8 @@
 Mechanisms and their parameters (all required unless marked optional). The three that are query kinds carry the
 kind's name; the older mechanism names stay as aliases.
 
-    continual_counts    --sigma --horizon --delta-item --cap [--noise]  Rogers (unknown-domain) §4.3, user level
+    continual_counts    --sigma --horizon --delta-item --cap [--noise] [--estimator]
+                                                                    Rogers (unknown-domain) §4.3, user level
                         (alias binary-tree)
     top_k               --epsilon --delta --k --kbar                    Rogers (unknown-domain) Alg. 3 / Thm 9,
                         (alias gumbel-topk)                               one window's call
@@ -130,14 +131,15 @@ def _binary_tree(a):
         from streamdp.mechanisms.binary_tree import binary_tree_cost, binary_tree_threshold
     except ModuleNotFoundError as e:  # pragma: no cover — depends on the rest of the tree
         raise CLIError(f"binary-tree accounting is unavailable ({e})") from None
-    cost = binary_tree_cost(a.sigma, a.horizon, a.delta_item, a.cap)
+    estimator = a.estimator or "plain"
+    cost = binary_tree_cost(a.sigma, a.horizon, a.delta_item, a.cap, estimator)
     if not isinstance(cost, Cost):
         rho, delta = cost
         cost = Cost.zcdp(rho, delta)
     # The CLI spells the noise "discrete-gaussian"; the library's identifier is "discrete_gaussian".
     thr = binary_tree_threshold(a.sigma, a.horizon, a.delta_item, a.cap, a.noise.replace("-", "_"))
     levels = math.ceil(math.log2(a.horizon + 1)) if a.horizon >= 1 else None
-    return cost, float(thr), {"sigma": a.sigma, "levels": levels, "noise": a.noise}
+    return cost, float(thr), {"sigma": a.sigma, "levels": levels, "noise": a.noise, "estimator": estimator}
 
 
 def _window_histogram(a):
@@ -155,7 +157,7 @@ def _window_histogram(a):
 
 #: name → (required options, optional options, handler); names of query kinds first
 MECHANISMS: dict[str, tuple[tuple[str, ...], tuple[str, ...], object]] = {
-    "continual_counts": (("sigma", "horizon", "delta_item", "cap"), ("noise",), _binary_tree),
+    "continual_counts": (("sigma", "horizon", "delta_item", "cap"), ("noise", "estimator"), _binary_tree),
     "top_k": (("epsilon", "delta", "k", "kbar"), (), _gumbel),
     "window_histogram": (("epsilon", "delta", "l0", "linf"), ("noise", "kbar"), _window_histogram),
     "pay-what-you-get": (("epsilon", "delta", "k_star", "calls"), ("kbar",), _pwyg),
@@ -163,7 +165,7 @@ MECHANISMS: dict[str, tuple[tuple[str, ...], tuple[str, ...], object]] = {
     "laplace": (("scale", "l0", "linf"), (), _laplace),
     "exponential": (("epsilon",), ("k",), _exponential),
     # the earlier names (aliases)
-    "binary-tree": (("sigma", "horizon", "delta_item", "cap"), ("noise",), _binary_tree),
+    "binary-tree": (("sigma", "horizon", "delta_item", "cap"), ("noise", "estimator"), _binary_tree),
     "gumbel-topk": (("epsilon", "delta", "k", "kbar"), (), _gumbel),
     "laplace-histogram": (("epsilon", "delta", "l0", "linf"), (), _histogram("laplace")),
     "gaussian-histogram": (("epsilon", "delta", "l0", "linf"), (), _histogram("gaussian")),
@@ -178,7 +180,7 @@ ALIASES = {"binary-tree": "continual_counts", "gumbel-topk": "top_k", "laplace-h
 DEFAULT_DELTA_PRIME = 1e-6
 
 _PARAMS = ("sigma", "l2_sensitivity", "scale", "epsilon", "delta", "l0", "linf", "k", "kbar", "k_star", "calls",
-           "horizon", "delta_item", "cap", "noise")
+           "horizon", "delta_item", "cap", "noise", "estimator")
 
 
 def _flag(name: str) -> str:
@@ -305,6 +307,9 @@ def register(subparsers) -> None:
     k.add_argument("--noise", choices=("gaussian", "discrete-gaussian", "discrete_gaussian", "laplace"),
                    help="continual_counts: node noise, gaussian (default) or discrete-gaussian; window_histogram: "
                         "gaussian (default) or laplace")
+    k.add_argument("--estimator", choices=("plain", "optimal"),
+                   help="continual_counts: running-count estimator, plain (default) or optimal (Honaker: every "
+                        "completed tree node is charged)")
     k.add_argument("--target-delta", type=_real,
                    help="print epsilon at this total delta (CKS; default: the mechanism's delta + 1e-6)")
     k.add_argument("--json", action="store_true", help="print one JSON object")

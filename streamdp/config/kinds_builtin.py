@@ -16,14 +16,14 @@ def _check_continual_counts(where, a):
 def _continual_counts(qid, *, horizon, **kw):
     from streamdp.accounting.cost import LOSS_SCALE, cost_to_fixed
     from streamdp.engine.queries.continual_counts import ContinualCounts
-    from streamdp.mechanisms.binary_tree import node_sensitivity_sq
+    from streamdp.mechanisms.binary_tree import charged_sensitivity_sq
 
-    # The per-item cost ρ = Δ2²(C, L)/(2σ²) (binary_tree.node_sensitivity_sq) must be a finite cost on the fixed-point
+    # The per-item cost ρ = Δ2²(C, L)/(2σ²) (binary_tree.charged_sensitivity_sq) must be a finite cost on the fixed-point
     # ledger: a σ too small gave "float division by zero" or "zcdp_rho must be finite" without the field (config
     # review, F7).
     sigma, c = kw["sigma"], kw["max_per_item"]
     try:
-        rho = node_sensitivity_sq(horizon, c) / (2.0 * sigma * sigma)
+        rho = charged_sensitivity_sq(horizon, c, kw.get("estimator", "plain")) / (2.0 * sigma * sigma)
         cost_to_fixed(rho, LOSS_SCALE)
     except (ArithmeticError, ValueError):
         raise ValueError(f"sigma: {sigma!r} is too small: the per-item cost Δ2²(C, L)/(2σ²) with C = {c}, "
@@ -36,8 +36,8 @@ register(QueryKind(
     source="Rogers (unknown-domain) §4.3 Thm 11 (unknown-domain binary mechanism), contract §3",
     notion="zcdp",
     cost="per user, per item first contributed to in the epoch: rho = D2(C, L)/(2*sigma^2), delta = delta_item, "
-         "D2 the exact worst case of a user's tree-node contributions (= ceil(log2(L+1)) for C = 1, "
-         "<= C^2*ceil(log2(L+1)))",
+         "D2 the exact worst case of a user's contributions to the tree nodes the estimator reads (= ceil(log2(L+1)) "
+         "for C = 1; plain: the prefix nodes, <= C^2*ceil(log2(L+1)); optimal: every completed node)",
     doc="noisy running count of every selected item (items not known in advance), sticky selection; node noise "
         "'gaussian' (default) is the analysed one, 'discrete_gaussian' is outside the analysis of items a single "
         "user introduces (docs/query_counts_top_k.md)",
@@ -50,7 +50,9 @@ register(QueryKind(
               max=65535),
         Param("noise", "str", "node noise ('gaussian' is the analysed default; 'discrete_gaussian' lacks a proof for "
               "items one user introduces first)", default="gaussian", choices=("gaussian", "discrete_gaussian")),
-        Param("estimator", "str", "running-count estimator", default="plain", choices=("plain", "optimal")),
+        Param("estimator", "str", "running-count estimator: 'plain' (sum of the prefix nodes) or 'optimal' "
+              "(Honaker; reads every completed node, so it costs more for max_per_item > 1)", default="plain",
+              choices=("plain", "optimal")),
         Param("keep_history", "bool", "keep every prefix node so that counts over window ranges s..t can be "
               "answered (free post-processing; 16 B per item per window)", default=False),
     ),

@@ -22,10 +22,16 @@ C distinct windows, of the squared norm of the user's node contributions:
 
     Δ2²(C, L) = max_{W ⊆ [1, L], |W| = min(C, L)}  Σ_{v used}  |W ∩ v|²,
 
-"used" being the nodes a prefix sum reads (odd index k, k·2^j ≤ L: ``tree_estimators``). It is attained by the
-first min(C, L) windows (:func:`node_sensitivity_sq`, whose docstring holds the proof); C = 1 gives
-Δ2² = levels, and Δ2² ≤ C²·levels always (the per-level bound C², which the contract states), e.g. 29 instead of 32 at C = 2,
-L = 128. A user's first contribution to an item costs ρ = Δ2²(C, L)/(2σ²) and δ_item (:func:`binary_tree_cost`).
+"used" being the nodes the estimator reads. ``plain`` reads the nodes a prefix sum reads (odd index k,
+k·2^j ≤ L: ``tree_estimators``) — L of them, one completed per window, and the L released counts are an
+invertible map of them, so their sensitivity is exactly the release's. It is attained by the first min(C, L)
+windows (:func:`node_sensitivity_sq`, whose docstring holds the proof); C = 1 gives Δ2² = levels, and
+Δ2² ≤ C²·levels always (the per-level bound C², which the contract states), e.g. 29 instead of 32 at C = 2,
+L = 128. ``optimal`` (Honaker) reads EVERY completed node, right children (even k) included, so its Δ2² is over
+all of them (:func:`completed_node_sensitivity_sq`, release rule 3): 30 at C = 2, L = 128. Charging the used
+nodes only under-charged it for C ≥ 2 — the exact Rényi loss of Honaker's released counts exceeds the used-node
+Δ2², e.g. 40.05 > 38 at C = 4, L = 8, and 6 > 5 at C = 2, L = 3 (``tests/mechanisms/test_tree_sensitivity.py``).
+A user's first contribution to an item costs ρ = Δ2²(C, L)/(2σ²) and δ_item (:func:`binary_tree_cost`).
 
 The δ term: an item held by this user alone has true count ≤ C at every t, and its noisy count at t is C plus a
 sum of popcount(t) independent node noises, popcount(t) ≤ P(L) = max_{t ≤ L} popcount(t)
@@ -101,6 +107,8 @@ __all__ = [
     "levels_for_horizon",
     "max_prefix_popcount",
     "node_sensitivity_sq",
+    "completed_node_sensitivity_sq",
+    "charged_sensitivity_sq",
     "binary_tree_cost",
     "binary_tree_threshold",
     "HorizonExceeded",
@@ -240,21 +248,62 @@ def node_sensitivity_sq(horizon: int, cap: int = 1) -> int:
     return total
 
 
-def binary_tree_cost(sigma: float, horizon: int, delta_item: float, cap: int = 1) -> Cost:
+def completed_node_sensitivity_sq(horizon: int, cap: int = 1) -> int:
+    """Δ2²_all(C, L): as :func:`node_sensitivity_sq`, but over EVERY node completed by L (level j, index k of
+    either parity, k·2^j ≤ L) — the node table that Honaker's estimator reads (release rule 3).
+
+    Honaker's refined value of a node combines its own noisy value with those of both children, so the running
+    count at t reads every node of the complete subtrees under t's decomposition, right children (even k)
+    included (:mod:`streamdp.mechanisms.tree_estimators`). The released estimates are a post-processing of that
+    whole table (Rogers, Unknown-Domain Algorithms, Thm 4 and §4.3: a Gaussian mechanism on the table of partial
+    sums), whose squared ℓ2 sensitivity is Σ_{v completed} |W ∩ v|². Exactly as for the used nodes, the first
+    c = min(C, L) windows attain the maximum: inside a full tree every aligned block of c windows is a prefix of
+    some subtree, and the larger (earlier) block has more levels (``tests/mechanisms/test_tree_sensitivity.py``
+    checks it against every window set for small L). Value, per level j: the ⌊c/2^j⌋ full nodes inside [1, c]
+    give 4^j each, and the part node (c mod 2^j windows) counts when it is completed.
+
+    C = 1 gives levels, as for the used nodes (window 1 lies in a completed node at every level); for C ≥ 2 it is
+    larger: 30 instead of 29 at C = 2, L = 128 (window 2's level-0 node is a right child).
+    """
+    L = _int_param(horizon, "horizon")
+    c = min(_int_param(cap, "cap"), L)
+    total = 0
+    for j in range(L.bit_length()):
+        full, rem = divmod(c, 1 << j)
+        total += full << (2 * j)
+        if rem and (full + 1) << j <= L:
+            total += rem * rem
+    return total
+
+
+def charged_sensitivity_sq(horizon: int, cap: int = 1, estimator: str = "plain") -> int:
+    """Δ2² charged for one item: the used nodes for ``plain`` (:func:`node_sensitivity_sq`; the released counts
+    are an invertible map of those L nodes, so nothing else enters), every completed node for ``optimal``
+    (:func:`completed_node_sensitivity_sq`: Honaker reads right children too)."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    if estimator == "optimal":
+        return completed_node_sensitivity_sq(horizon, cap)
+    return node_sensitivity_sq(horizon, cap)
+
+
+def binary_tree_cost(sigma: float, horizon: int, delta_item: float, cap: int = 1, estimator: str = "plain") -> Cost:
     """Cost of a user's first contribution to one item (Rogers, Unknown-Domain Algorithms, Thm 11 with Δ0 = 1 per item,
     at user level):
 
         ρ = Δ2²(C, L) / (2σ²),   δ = δ_item,
 
-    Δ2²(C, L) = :func:`node_sensitivity_sq` — the exact worst case of the user's node contributions (= levels for
-    C = 1; ≤ C²·levels, the per-level bound). Gaussian mechanism (Rogers Thm 4; discrete Gaussian: CKS 2020
-    Thm 4, same ρ). Later contributions to the same item are free.
+    Δ2²(C, L) = :func:`charged_sensitivity_sq` — the exact worst case of the user's contributions to the nodes the
+    estimator reads: the used nodes for ``plain`` (:func:`node_sensitivity_sq`: = levels for C = 1, ≤ C²·levels),
+    every completed node for ``optimal`` (:func:`completed_node_sensitivity_sq`, release rule 3). Gaussian
+    mechanism (Rogers Thm 4; discrete Gaussian: CKS 2020 Thm 4, same ρ). Later contributions to the same item are
+    free.
     """
     sigma = _positive_param(sigma, "sigma")
     horizon = _int_param(horizon, "horizon")
     cap = _int_param(cap, "cap")
     delta = _delta_param(delta_item, horizon)
-    return Cost.zcdp(rho=node_sensitivity_sq(horizon, cap) / (2.0 * sigma * sigma), delta=delta)
+    return Cost.zcdp(rho=charged_sensitivity_sq(horizon, cap, estimator) / (2.0 * sigma * sigma), delta=delta)
 
 
 def binary_tree_threshold(sigma: float, horizon: int, delta_item: float, cap: int = 1,
@@ -401,8 +450,8 @@ class UnknownDomainBinaryTree:
         return int(sum(a.nbytes for a in arrays))
 
     def cost(self) -> Cost:
-        """Cost of a user's first contribution to an item (:func:`binary_tree_cost`)."""
-        return binary_tree_cost(self.sigma, self.horizon, self.delta_item, self.cap)
+        """Cost of a user's first contribution to an item (:func:`binary_tree_cost`, for this tree's estimator)."""
+        return binary_tree_cost(self.sigma, self.horizon, self.delta_item, self.cap, self.estimator)
 
     # ------------------------------------------------------------------------------------------------- noise
     def _draw(self, rng: np.random.Generator, sd: float, k: int) -> np.ndarray:

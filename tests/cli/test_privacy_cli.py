@@ -118,6 +118,16 @@ def test_cost_binary_tree_design_formulas(capsys, noise):
     assert d["threshold"] == pytest.approx(t, rel=1e-12)
 
 
+def test_cost_continual_counts_optimal_estimator_charges_every_completed_node(capsys):
+    """Release rule 3: Honaker's estimate reads right children too. L = 1000, C = 2: windows 1, 2 lie in two
+    level-0 nodes and share one node at each of levels 1..9: 2 + 36 = 38 (plain: 37)."""
+    sigma = 3.0
+    argv = ["privacy", "cost", "--mechanism", "continual_counts", "--sigma", str(sigma), "--horizon", "1000",
+            "--delta-item", "1e-9", "--cap", "2"]
+    assert run_json(capsys, *argv, "--estimator", "optimal")["rho"] == pytest.approx(38 / (2 * sigma**2), rel=1e-12)
+    assert run_json(capsys, *argv, "--estimator", "plain")["rho"] == pytest.approx(37 / (2 * sigma**2), rel=1e-12)
+
+
 def test_cost_text_output(capsys):
     rc, out, _ = run(capsys, "privacy", "cost", "--mechanism", "gumbel-topk", "--epsilon", "1", "--delta", "1e-6",
                      "--k", "3", "--kbar", "10")

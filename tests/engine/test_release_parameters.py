@@ -143,7 +143,7 @@ def test_parameters_of_a_query_are_its_validated_table_or_its_description():
     assert set(p) == {"kind", "release_rule"} | {x.name for x in kinds()["continual_counts"].params}
     assert p["kind"] == "continual_counts" and p["sigma"] == 2.0 and p["delta_item"] == 1e-6
     q = ContinualCounts("c", sigma=2.0, horizon=8, delta_item=1e-6)  # built in code: no table
-    assert q.config_params is None and q.parameters() == q.describe() and q.parameters()["release_rule"] == 2
+    assert q.config_params is None and q.parameters() == q.describe() and q.parameters()["release_rule"] == 3
     assert canonical({"b": 1, "a": [1.5, None]}) == '{"a":[1.5,null],"b":1}'
 
 
@@ -182,7 +182,23 @@ def test_a_checkpoint_of_the_old_continual_counts_rule_is_refused():
     tree = state_codec.decode(snap)
     params = json.loads(tree["parameters"])
     counts = next(p for qid, p in params["queries"] if qid == "counts")
-    assert counts.pop("release_rule") == 2
+    assert counts.pop("release_rule") == 3
     tree["parameters"] = canonical(params)
-    with pytest.raises(ParametersChanged, match=r"query 'counts' release_rule: '\(unset\)' in the checkpoint, 2 now"):
+    with pytest.raises(ParametersChanged, match=r"query 'counts' release_rule: '\(unset\)' in the checkpoint, 3 now"):
+        _engine(_raw()).restore(state_codec.encode(tree))
+
+
+def test_a_checkpoint_of_release_rule_2_is_refused():
+    """Release rule 3 (Honaker's estimator charged over every completed tree node) changed the cost of
+    ``estimator = "optimal"`` with C > 1: a rule-2 checkpoint — users charged the prefix nodes only — must not
+    continue under rule 3."""
+    import json
+
+    snap, _ = _snapshot(_raw())
+    tree = state_codec.decode(snap)
+    params = json.loads(tree["parameters"])
+    counts = next(p for qid, p in params["queries"] if qid == "counts")
+    counts["release_rule"] = 2
+    tree["parameters"] = canonical(params)
+    with pytest.raises(ParametersChanged, match=r"query 'counts' release_rule: 2 in the checkpoint, 3 now"):
         _engine(_raw()).restore(state_codec.encode(tree))

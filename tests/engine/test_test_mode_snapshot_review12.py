@@ -71,8 +71,9 @@ def test_a_secure_engine_has_the_parameters_and_scope_of_before():
     prod, test = _engine(None), _engine(7)
     assert "noise" not in prod.parameters
     # computed with the code before test mode was a parameter (engine:79ea95f3cb24), then with continual_counts'
-    # release_rule = 2 in the parameters (2026-12-07: a new rule is a new scope)
-    assert prod.scope == "engine:6fdb6a82ed56"
+    # release_rule = 2 in the parameters (2026-12-07: a new rule is a new scope: engine:6fdb6a82ed56), then 3
+    # (Honaker's estimator charged over every completed node)
+    assert prod.scope == "engine:3ca749945b19"
     assert test.parameters["noise"] == "unsafe_test_seed"
     assert prod.scope != test.scope
 

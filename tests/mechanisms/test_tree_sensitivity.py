@@ -9,12 +9,15 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 from scipy.stats import norm
 
 from streamdp.mechanisms.binary_tree import (
+    UnknownDomainBinaryTree,
     binary_tree_cost,
     binary_tree_threshold,
+    completed_node_sensitivity_sq,
     max_prefix_popcount,
     node_sensitivity_sq,
 )
@@ -118,3 +121,92 @@ def test_threshold_tail_holds_at_the_largest_popcount():
     T = binary_tree_threshold(sigma, L, delta, 1)
     worst = max(norm.sf((T - 1) / (sigma * math.sqrt(bin(t).count("1")))) for t in range(1, L + 1))
     assert worst == pytest.approx(delta / L, rel=1e-9)
+
+
+# ------------------------------------------------------------------------- release rule 3: Honaker reads every node
+def completed_nodes(L: int) -> list[tuple[int, int]]:
+    """(first, last) window of every node completed by L: level j, index k of either parity, k·2^j ≤ L."""
+    return [((k - 1) * 2**j + 1, k * 2**j) for j in range(L.bit_length()) for k in range(1, L // 2**j + 1)]
+
+
+def brute_force_all(L: int, C: int) -> int:
+    nodes = completed_nodes(L)
+    return max(sum(sum(1 for w in W if a <= w <= b) ** 2 for a, b in nodes)
+               for W in itertools.combinations(range(1, L + 1), min(C, L)))
+
+
+def honaker_release_matrix(L: int) -> np.ndarray:
+    """Row t: the coefficients, over the completed nodes' noises, of the released count at t under Honaker's
+    estimator — built here as the least-squares (BLUE) estimate of c(t) from the nodes completed by t (Honaker 2015;
+    not from the code's recursion)."""
+    nodes = completed_nodes(L)
+    B = np.zeros((L, len(nodes)))
+    for t in range(1, L + 1):
+        idx = [i for i, (a, b) in enumerate(nodes) if b <= t]
+        X = np.zeros((len(idx), t))
+        for r, i in enumerate(idx):
+            a, b = nodes[i]
+            X[r, a - 1:b] = 1.0
+        B[t - 1, idx] = np.ones(t) @ np.linalg.solve(X.T @ X, X.T)
+    return B
+
+
+def exact_release_loss(L: int, C: int, B: np.ndarray) -> float:
+    """max over sets W of C windows of ΔᵀAᵀK⁻¹AΔ (K = BBᵀ): twice the exact zCDP ρ·σ² of releasing every running
+    count c(t) + (Bz)_t, z ~ N(0, I) — the released vector's own Gaussian divergence."""
+    A = np.tril(np.ones((L, L)))
+    M = A.T @ np.linalg.solve(B @ B.T, A)
+    best = 0.0
+    for W in itertools.combinations(range(L), min(C, L)):
+        d = np.zeros(L)
+        d[list(W)] = 1.0
+        best = max(best, float(d @ M @ d))
+    return best
+
+
+@pytest.mark.parametrize("L", list(range(1, 19)) + [23, 31, 32])
+def test_completed_node_sensitivity_is_the_worst_case_over_every_window_set(L):
+    for C in range(1, min(L, 4) + 1):
+        assert completed_node_sensitivity_sq(L, C) == brute_force_all(L, C), (L, C)
+
+
+def test_completed_node_sensitivity_known_answers():
+    # C = 2, L = 128: windows 1, 2 share a node at levels 1..7 (2² each) and lie in two level-0 nodes: 2 + 28 = 30
+    assert completed_node_sensitivity_sq(128, 2) == 30
+    for L in (1, 2, 3, 100, 1023, 1024, 10**6):
+        assert completed_node_sensitivity_sq(L, 1) == node_sensitivity_sq(L, 1) == math.ceil(math.log2(L + 1))
+    for L, C in [(128, 16), (1000, 37), (4096, 300)]:
+        assert completed_node_sensitivity_sq(L, C) == sum(max(0, min(b, C) - a + 1) ** 2
+                                                          for a, b in completed_nodes(L))
+
+
+@pytest.mark.parametrize("L, C", [(3, 2), (4, 3), (8, 4), (16, 4), (7, 2), (12, 3)])
+def test_honaker_charge_covers_the_exact_loss_of_its_release(L, C):
+    """The release rule 3 defect: rule 2 charged Honaker's estimator Δ2² over the prefix nodes only (e.g. 5 at L = 3,
+    C = 2; 38 at L = 8, C = 4), below the exact loss of what it releases (6; 40.05). The charge must cover it."""
+    sigma = 1.0
+    loss = exact_release_loss(L, C, honaker_release_matrix(L))
+    tree = UnknownDomainBinaryTree(L, sigma, 1e-3, cap=C, estimator="optimal")
+    assert 2 * sigma**2 * tree.cost().zcdp_rho >= loss - 1e-9
+    assert binary_tree_cost(sigma, L, 1e-3, C, "optimal").zcdp_rho == completed_node_sensitivity_sq(L, C) / 2
+
+
+@pytest.mark.parametrize("L, C", [(3, 2), (8, 4), (12, 3)])
+def test_plain_charge_is_exactly_the_loss_of_its_release(L, C):
+    """Plain reads the L prefix nodes, one completed per window; the released counts are an invertible map of them,
+    so the used-node Δ2² is the exact loss (no over-charge)."""
+    nodes = completed_nodes(L)
+    B = np.zeros((L, len(nodes)))
+    for t in range(1, L + 1):
+        for a, b in prefix_nodes(t):
+            B[t - 1, nodes.index((a, b))] = 1.0
+    assert exact_release_loss(L, C, B) == pytest.approx(node_sensitivity_sq(L, C), rel=1e-9)
+    assert UnknownDomainBinaryTree(L, 1.0, 1e-3, cap=C).cost().zcdp_rho == node_sensitivity_sq(L, C) / 2
+
+
+def test_honaker_variance_is_within_the_threshold_s_popcount_bound():
+    """The threshold's √P is valid for Honaker too: its variance at t is at most popcount(t)·σ²."""
+    for L in (8, 12, 16):
+        B = honaker_release_matrix(L)
+        for t in range(1, L + 1):
+            assert float(B[t - 1] @ B[t - 1]) <= bin(t).count("1") + 1e-9

@@ -5,8 +5,9 @@ then the unknown-domain binary-mechanism tree over items. Cost per user per wind
 
     (#items the user contributes to for the first time in this epoch) × (ρ = Δ2²(C, L)/(2σ²), δ = δ_item)
 
-with Δ2²(C, L) the exact worst case of a user's node contributions (``binary_tree.node_sensitivity_sq``: levels
-for C = 1, ≤ C²·⌈log2(L+1)⌉). Later contributions to an item (up to C) are free. The running count of every
+with Δ2²(C, L) the exact worst case of a user's contributions to the nodes the estimator reads
+(``binary_tree.charged_sensitivity_sq``: levels for C = 1; plain, the used nodes, ≤ C²·⌈log2(L+1)⌉; optimal, every
+completed node). Later contributions to an item (up to C) are free. The running count of every
 selected item is published at every window (sticky selection), as an integer.
 
 Release rule 2 (2026-12-07): the exact Δ2² for C > 1 (it was C²·levels) and the threshold's √P, P the largest
@@ -14,6 +15,12 @@ popcount of a window number ≤ L (it was √(levels+1)). Both are tighter and b
 rule 1 carries no ``release_rule`` in its release parameters and is refused at restore (``release_parameters.py``:
 its tree and its users' charges were made under the old rule), so a deployment moves to rule 2 with a new
 deployment (new consumer group and query ids), never in the middle of an epoch.
+
+Release rule 3 (2026-12-07): with ``estimator = "optimal"`` Δ2² is over every completed tree node
+(``binary_tree.completed_node_sensitivity_sq``), not only the nodes a prefix sum reads: Honaker's estimate reads
+the right children too, and rule 2 under-charged it for C ≥ 2 (30 instead of 29 at C = 2, L = 128). Plain and
+C = 1 costs are unchanged; thresholds are unchanged (Honaker's variance at t is ≤ popcount(t)·σ²). Rule-2
+checkpoints are refused like rule-1 ones.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ class ContinualCounts(WindowQuery):
         self.noise = noise
         self.estimator = estimator
         self.bounder = ContributionBounder(max_items_per_window, max_per_item)
-        self.item_cost = binary_tree_cost(self.sigma, self.horizon, self.delta_item, max_per_item)
+        self.item_cost = binary_tree_cost(self.sigma, self.horizon, self.delta_item, max_per_item, estimator)
         self.item_cost_fixed = self.item_cost.to_fixed()
         self.threshold = binary_tree_threshold(self.sigma, self.horizon, self.delta_item, max_per_item, noise)
         self.tree = self._new_tree()
@@ -67,7 +74,7 @@ class ContinualCounts(WindowQuery):
         starts = np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))
         n_first = np.add.reduceat(b.first.astype(np.int64), starts)
         # contract §3 (Rogers (unknown-domain) Thm 11 at user level): each first contribution to an item's tree in this epoch costs
-        # ρ = C²·levels/(2σ²) and δ_item; a user pays n_first of them (≤ Δ0, the bounder's cap)
+        # ρ = Δ2²(C, L)/(2σ²) (over the nodes the estimator reads) and δ_item; a user pays n_first of them (≤ Δ0)
         costs = n_first[:, None] * self.item_cost_fixed[None, :]
         return Reservation(users=u[starts], costs=costs.astype(np.int64, copy=False), private=b)
 
@@ -95,7 +102,7 @@ class ContinualCounts(WindowQuery):
         return QueryRelease(values=values, meta={"selected": int(sel.size), "new_selected": len(values["new_items"])})
 
     #: the version of the cost and threshold rule (module docstring); a release parameter
-    RELEASE_RULE = 2
+    RELEASE_RULE = 3
 
     def parameters(self) -> dict:
         return {**super().parameters(), "release_rule": self.RELEASE_RULE}
