@@ -15,6 +15,8 @@ kind's name; the older mechanism names stay as aliases.
                         (aliases gaussian-histogram, laplace-histogram;   (Alg. 2 / Thm 8 with --kbar)
                          topkbar-gaussian = with --kbar)
     pay-what-you-get    --epsilon --delta --k-star --calls [--kbar]     Rogers (unknown-domain) Alg. 4 / Thm 10
+                        (as written: ⊥ counted towards k*; the top_k kind does not count it, so this whole-run
+                         figure is not the top_k kind's — config check --explain gives that)
     gaussian            --sigma --l2-sensitivity                        Rogers (unknown-domain) Thm 4
     laplace             --scale --l0 --linf                             Rogers (unknown-domain) Thm 7 proof
     exponential         --epsilon [--k]                                 Rogers (unknown-domain) Thm 5

@@ -7,9 +7,12 @@ filter admits: DESIGN §3 "Filter"). Per query kind:
 
 * most kinds charge the same worst case in every window: their ``window_cost`` (``streamdp.config.kinds``), e.g.
   continual counts Δ0 first contributions of ρ_item and δ_item, a geo release ρ per located user;
-* ``top_k`` reserves k(i)·ε²/8 and δ per window while its pay-what-you-get counter runs (Rogers, Unknown-Domain
-  Algorithms, Alg. 4): for ρ the worst case returns k items a window, so it stops after ⌈k*/k⌉ windows; for δ one
-  item a window (⊥ counts), so δ is charged in up to k* windows;
+* ``top_k`` charges a user present in window i |I(i)|·ε²/8 and δ, ⊥ included (Rogers, Unknown-Domain Algorithms,
+  Thm 10), but its counter counts released items only (⊥ not counted: docs/DECISIONS.md), so a run of [⊥] windows
+  never stops it and Thm 10's whole-run bound k*·ε²/8 does not apply. A window's charge is its advance of the
+  counter plus 1 for ⊥, so through window N the most a user can pay is S(N) = min(N·k, k* + N − 1) items' ε²/8
+  (k − 1 items and ⊥ while the counter allows, then [⊥] for ever); δ is charged in every window. The realised
+  halting window is never earlier than the one this gives (the reservation k(i) is itself a possible charge);
 * ``range_counts``, ``kde_point``, ``knn_point`` charge only at their registered windows: the allocation r_i of
   Liang & Yi, Adaptive Privacy Budgeting, Alg. 3 for a user located at every query who executes every round (the
   largest cumulative charge at every query; the sequence never charges more than its published bound P in all),
@@ -80,18 +83,27 @@ def query_schedule(q) -> Schedule:
     kind = (q.config_params or {}).get("kind", q.kind)
     if kind == "top_k":
         k, k_star, pwyg = q.k, q.pwyg.k_star, q.pwyg
-        full, rest = divmod(k_star, k)
         rho_j, delta_j = COMPONENTS.index("zcdp_rho"), COMPONENTS.index("zcdp_delta")
-        segs = {rho_j: [(1, full, int(pwyg.call_cost(k).to_fixed()[rho_j]))] if full else []}
-        if rest:
-            segs[rho_j].append((full + 1, full + 1, int(pwyg.call_cost(rest).to_fixed()[rho_j])))
+
+        def rho(n: int) -> int:
+            return int(pwyg.call_cost(n).to_fixed()[rho_j])
+
+        # S(N) = min(N·k, k* + N − 1) (module notes): k a window for m = ⌊(k* − 1)/(k − 1)⌋ windows (k − 1 items
+        # and ⊥), then the rest R + 1 of the counter (R items and ⊥), then [⊥] for ever; k = 1: [⊥] for ever
+        if k == 1:
+            segs = {rho_j: [(1, None, rho(1))]}
+            when_rho = "every window"
+        else:
+            m, r = divmod(k_star - 1, k - 1)
+            segs = {rho_j: ([(1, m, rho(k))] if m else []) + [(m + 1, m + 1, rho(r + 1)), (m + 2, None, rho(1))]}
+            when_rho = f"every window: {k} items' worth in windows 1–{m}, then less" if m else "every window"
         d = int(pwyg.call_cost(1).to_fixed()[delta_j])
         if d:
-            segs[delta_j] = [(1, k_star, d)]
-        n_rho = full + (1 if rest else 0)
-        return Schedule("k(i)·ε²/8 and δ per window while the pay-what-you-get counter runs: ρ while "
-                        f"k items a window use up k* = {k_star} (windows 1–{n_rho}), δ while one item a window does "
-                        f"(windows 1–{k_star})", f"windows 1–{n_rho} (ρ), 1–{k_star} (δ)", segs)
+            segs[delta_j] = [(1, None, d)]
+        return Schedule("|I(i)|·ε²/8 and δ per window, ⊥ included; ⊥ does not advance the pay-what-you-get counter, "
+                        f"so [⊥] windows never stop the query: at most min(N·k, k* + N − 1) items' ε²/8 through "
+                        f"window N (k = {k}, k* = {k_star}) and δ in every window",
+                        f"{when_rho} (ρ); every window (δ)", segs)
     if kind in _SEQUENTIAL:
         j = COMPONENTS.index("cgp_rho")
         rem, charged, segs = q.B, 0, []

@@ -82,13 +82,25 @@ class PayWhatYouGet:
         n = check_int(n_returned, "n_returned", minimum=0)
         return Cost.zcdp(rho=exponential_mechanism_cost(self.epsilon, n).zcdp_rho, delta=self.delta)
 
+    def _thm10(self, what: str) -> None:
+        if not self.count_bottom:
+            # Thm 10's proof bounds the run by k* exponential mechanisms because Alg. 4 stops after k* returned
+            # outputs, ⊥ included; with ⊥ not counted a run of [⊥] calls is unbounded, and ``used`` no longer
+            # counts the settled costs either. The per-call costs (call_cost) still hold, per user, via the filter.
+            raise ValueError(f"{what}: Rogers (unknown-domain) Thm 10 needs ⊥ counted towards k* (count_bottom=True); "
+                             "with count_bottom=False only the per-call costs |I(i)|·ε²/8 and δ (call_cost) hold")
+
     def total_cost(self) -> Cost:
-        """Rogers (unknown-domain) Thm 10 for the calls made so far: ℓ*·δ-approximate k*·ε²/8-zCDP."""
+        """Rogers (unknown-domain) Thm 10 for the calls made so far: ℓ*·δ-approximate k*·ε²/8-zCDP. Refused
+        (ValueError) when ⊥ is not counted (``count_bottom=False``): the theorem does not apply then."""
+        self._thm10("total_cost")
         return Cost.zcdp(rho=exponential_mechanism_cost(self.epsilon, self.k_star).zcdp_rho,
                          delta=self.calls * self.delta)
 
     def realised_total_cost(self) -> Cost:
-        """Sum of the settled per-call costs so far: (used·ε²/8, ℓ*·δ) ≤ :meth:`total_cost`."""
+        """Sum of the settled per-call costs so far: (used·ε²/8, ℓ*·δ) ≤ :meth:`total_cost` (``used`` counts ⊥ only
+        when ``count_bottom``; refused otherwise, as :meth:`total_cost`)."""
+        self._thm10("realised_total_cost")
         return Cost.zcdp(rho=exponential_mechanism_cost(self.epsilon, self.used).zcdp_rho,
                          delta=self.calls * self.delta)
 

@@ -281,16 +281,18 @@ k_star = 10
 """
 
 
-@pytest.mark.parametrize("rho,halted,by", [(1.0, 3, "zcdp_rho"), (100.0, None, None)])
+@pytest.mark.parametrize("rho,halted,by", [(1.0, 3, "zcdp_rho"), (100.0, 11, "zcdp_delta")])
 def test_explain_top_k_per_component(tmp_path, capsys, rho, halted, by):
-    """k·ε²/8 = 0.375 per window for ⌈k*/k⌉ = 4 windows (3, 3, 3, 1 items: ρ 1.25 in all); δ = 1e-6 per window
-    for up to k* = 10 windows (one item each): ρ = 1 runs out in window 3 (0.375·3 > 1); with ρ = 100 neither runs
-    out (δ: 10·1e-6 ≤ 1e-5): the query stops first."""
+    """⊥ does not count towards k*, so [⊥] windows never stop the query: ρ up to min(N·k, k* + N − 1) items' ε²/8
+    through window N — k·ε²/8 = 0.375 in windows 1–4 (2 items and ⊥ each), 0.25 in window 5 (1 item and ⊥), then
+    0.125 ([⊥]) for ever; δ = 1e-6 in every window. ρ = 1 runs out in window 3 (0.375·3 > 1); with ρ = 100, δ runs
+    out in window 11 (11·1e-6 > 1e-5) — it used to say the query stops first (δ for k* = 10 windows only)."""
     path = _file(tmp_path, body=TOPK.format(rho=rho))
     assert main(["config", "check", "--explain", "--json", path]) == 0
     e = json.loads(capsys.readouterr().out)["explain"]
     (q,) = e["queries"]
-    assert q["per_window"] == {"zcdp": {"rho": 0.375, "delta": 1e-6}} and q["when"] == "windows 1–4 (ρ), 1–10 (δ)"
+    assert q["per_window"] == {"zcdp": {"rho": 0.375, "delta": 1e-6}}
+    assert q["when"] == "every window: 3 items' worth in windows 1–4, then less (ρ); every window (δ)"
     assert (e["halted_in_window"], e["limited_by"]) == (halted, by)
     assert e["lasts_windows"] == (None if halted is None else halted - 1)
 
