@@ -24,7 +24,8 @@ conservative √(levels+1)). That is the "bad event" of Lemma 3.1 for u's keys.
 
 Charges (individual, Feldman–Zrnic filter; in zCDP). For one user u and key k, u's records move the key's strategy
 vector C·x by C·Δ_{u,k} (Δ over windows), and the two Gaussian mechanisms have individual zCDP
-ρ_u = Σ_k ‖CΔ^count_{u,k}‖²/(2σ²) + ‖CΔ^sum_{u,k}‖²/(2σ_s²), ‖CΔ‖² = ΔᵀGΔ, G = CᵀC. A record is paid for when it
+ρ_u = Σ_k ‖CΔ^count_{u,k}‖²/(2σ²) + ‖CΔ^sum_{u,k}‖²/(2σ_s²), ‖CΔ‖² = ΔᵀGΔ, G = CᵀC, C the rows the release
+reads (tree: the left children for ``plain``, every completed node for Honaker's ``optimal`` — ``tree_noise``). A record is paid for when it
 is taken in: at window t, u's j new records of total value a on key k (earlier records on k: windows s, values x_s)
 raise ΔᵀGΔ by exactly
 

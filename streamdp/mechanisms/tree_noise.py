@@ -4,17 +4,23 @@ Paper: the binary mechanism (Dwork–Naor–Pitassi–Rothblum 2010; Chan–Shi�
 Algorithms, §4.3; the variance-optimal estimate is Honaker (2015), "Efficient use of differentially private binary
 trees" — both as in :mod:`streamdp.mechanisms.tree_estimators`, whose formulas this module imports.
 
-As a matrix mechanism. Windows 1..L; the tree's nodes completed by L are the rows of the 0/1 *strategy* matrix C
-(node (j, k) covers windows ((k−1)2^j, k·2^j], completed at window k·2^j ≤ L); every node gets its own noise
+As a matrix mechanism. Windows 1..L; the tree's nodes read by the estimator are the rows of the 0/1 *strategy*
+matrix C (node (j, k) covers windows ((k−1)2^j, k·2^j], completed at window k·2^j ≤ L; plain: k odd only); every node gets its own noise
 z ~ N(0, s²), drawn once and kept. The running total released at t is a fixed linear combination of the noisy nodes
 completed by t (plain: the popcount(t) nodes of t's binary decomposition; optimal: Honaker's refined values), so
 the release is x̂(t) = c(t) + N(t) with N(t) = Σ_v B[t, v]·z_v:
 
 * ``variance(t)`` = Var N(t)/s² — popcount(t) (plain) or Σ_{j ∈ bits(t)} 2^j/(2^{j+1} − 1) (optimal);
-* ``gram_column(t)[s]`` = G[s, t] = (CᵀC)[s, t] = the number of nodes completed by L that contain both windows s and
-  t: one user's contribution vector Δ over the windows moves the node table by CΔ, of squared norm ΔᵀGΔ (what the
-  individual accounting of ``continual_sums`` charges). G[t, t] ≤ ⌈log2(L+1)⌉, and it is smaller for windows
-  near a horizon that is not 2^k − 1 (their high-level nodes end after L and are never completed, never released).
+* ``gram_column(t)[s]`` = G[s, t] = (CᵀC)[s, t] = the number of nodes *the estimator reads* that contain both
+  windows s and t: one user's contribution vector Δ over the windows moves that node table by CΔ, of squared norm
+  ΔᵀGΔ (what the individual accounting of ``continual_sums`` charges). Which nodes (release rule 2 of
+  ``continual_sums``, as release rule 3 of ``continual_counts``): ``optimal`` (Honaker) reads every node completed
+  by L, right children included; ``plain`` reads only the nodes of binary decompositions — odd index k (1-based),
+  k·2^j ≤ L — L of them, one completed per window, and the L released totals are an invertible map of them, so
+  ‖C_used Δ‖² is exactly the release's Gaussian divergence and charging the others (a right child is never
+  read) only over-charged: at L = 8 a record at window 8 lies in one used node ([1..8]) but four completed ones.
+  G[t, t] ≤ ⌈log2(L+1)⌉ = G[1, 1] (window 1 lies in a used node at every level), and it is smaller for later
+  windows (their high-level nodes end after L and are never completed; under ``plain`` also the right children).
 
 State per key: the noise of the nodes the estimators still need (``tree_estimators`` module docstring): plain, the
 raw noise of each node of t's decomposition; optimal, its refined noise D. A key first seen after window 1 gets, in
@@ -46,9 +52,13 @@ def tree_variance(t: int, estimator: str = "plain") -> float:
     return float(sum(w[j] for j in _bits(t)))
 
 
-def tree_gram_column(t: int, horizon: int) -> np.ndarray:
-    """G[s, t] for s = 0..t (index 0 unused, 0): the number of tree nodes completed by the horizon L that contain
-    both windows s and t. Node (j, k) contains window u iff ⌈u/2^j⌉ = k; it is completed iff k·2^j ≤ L."""
+def tree_gram_column(t: int, horizon: int, estimator: str = "plain") -> np.ndarray:
+    """G[s, t] for s = 0..t (index 0 unused, 0): the number of tree nodes read by ``estimator`` that contain both
+    windows s and t. Node (j, k) contains window u iff ⌈u/2^j⌉ = k; it is completed iff k·2^j ≤ L; ``plain`` reads
+    it iff also k is odd (a left child: part of a binary decomposition), ``optimal`` reads every completed node
+    (module docstring)."""
+    if estimator not in ("plain", "optimal"):
+        raise ValueError(f"estimator must be 'plain' or 'optimal', got {estimator!r}")
     t, L = int(t), int(horizon)
     if not 1 <= t <= L:
         raise ValueError(f"t must be in 1..{L}, got {t}")
@@ -57,6 +67,8 @@ def tree_gram_column(t: int, horizon: int) -> np.ndarray:
     for j in range(levels_for_horizon(L)):
         k = (t - 1) >> j  # 0-based index of t's level-j node
         if ((k + 1) << j) > L:  # ends after the horizon: never completed
+            continue
+        if estimator == "plain" and k % 2 == 1:  # 1-based index even: a right child, never in a decomposition
             continue
         g += ((s - 1) >> j) == k
     g[0] = 0.0
@@ -95,11 +107,11 @@ class TreeNoise:
         return tree_variance(t, self.estimator)
 
     def gram_column(self, t: int) -> np.ndarray:
-        return tree_gram_column(t, self.horizon)
+        return tree_gram_column(t, self.horizon, self.estimator)
 
     def gram_max(self) -> float:
-        """max_t G[t, t] (window 1 lies in one completed node per level)."""
-        return float(tree_gram_column(1, self.horizon)[1])
+        """max_t G[t, t] (window 1 lies in one used, hence completed, node per level: the same for both estimators)."""
+        return float(tree_gram_column(1, self.horizon, self.estimator)[1])
 
     # ---------------------------------------------------------------------------------------------- the state
     @property

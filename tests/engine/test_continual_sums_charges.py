@@ -30,9 +30,10 @@ DK = 1e-6
 BIG = Cost.zcdp(1e6, 0.5)
 
 
-def rho_of(deltas: dict, sigma: float, L: int = L) -> float:
-    """Σ over keys of ‖C·Δ_key‖²/(2σ²), Δ_key a {window: amount} map."""
-    C = tree_strategy(L)
+def rho_of(deltas: dict, sigma: float, L: int = L, estimator: str = "plain") -> float:
+    """Σ over keys of ‖C·Δ_key‖²/(2σ²), Δ_key a {window: amount} map; C the nodes the estimator reads (plain: the
+    left children; optimal: every completed node)."""
+    C = tree_strategy(L, estimator)
     total = 0.0
     for d in deltas.values():
         v = np.zeros(L)
@@ -62,10 +63,21 @@ def assert_charged(store, user, rho, delta, windows):
 def test_one_record_costs_its_column_norm_and_delta_key():
     e, store = engine([q()], BIG, horizon=L)
     run(e, [ev("a", 25.0, ["k1"]), ev("b", 5.0, ["k2"])])  # a: window 3; b: window 1
-    # ‖C e_t‖² = number of completed nodes containing t: 4 for t = 1 and t = 3 at L = 8
+    # ‖C e_t‖² = number of used nodes containing t: 4 for t = 1 ([1], [1,2], [1..4], [1..8]) and 3 for t = 3 at
+    # L = 8 ([3], [1..4], [1..8]; [3,4] is a right child, never read by the plain estimate)
     assert_charged(store, "a", rho_of({"k1": {3: 1}}, SIGMA), DK, 1)
     assert_charged(store, "b", rho_of({"k2": {1: 1}}, SIGMA), DK, 1)
-    assert rho_of({"k1": {3: 1}}, SIGMA) == 4 / 8
+    assert rho_of({"k1": {3: 1}}, SIGMA) == 3 / 8 and rho_of({"k2": {1: 1}}, SIGMA) == 4 / 8
+
+
+@pytest.mark.parametrize("estimator, nodes", [("plain", 1), ("optimal", 4)])
+def test_a_record_is_charged_the_nodes_the_estimator_reads(estimator, nodes):
+    """Window 8 of L = 8 lies in [8], [7,8], [5..8], [1..8]: the plain estimate reads only [1..8] (the others are
+    right children), Honaker's reads all four. The plain tree used to be charged all four (4× over)."""
+    e, store = engine([q(estimator=estimator)], BIG, horizon=L)
+    run(e, [ev("a", 75.0, ["k"])])
+    assert_charged(store, "a", nodes / (2 * SIGMA ** 2), DK, 1)
+    assert rho_of({"k": {8: 1}}, SIGMA, estimator=estimator) == nodes / 8
 
 
 def test_repeats_pay_the_cross_terms_exactly():
@@ -74,10 +86,10 @@ def test_repeats_pay_the_cross_terms_exactly():
     run(e, [ev("u", 1.0, ["k1"]), ev("u", 11.0, ["k1", "k2"]), ev("u", 51.0, ["k1"]), ev("u", 52.0, ["k1"])])
     want = rho_of({"k1": {1: 1, 2: 1, 6: 2}, "k2": {2: 1}}, SIGMA)
     assert_charged(store, "u", want, 2 * DK, 3)  # δ only for the first records on k1 and on k2
-    # k2 alone adds ‖C e2‖² = 4 (σ-scaled), k1 adds ‖C(e1 + e2 + 2e6)‖²
+    # k2 alone adds ‖C e2‖² = 3 ([1,2], [1..4], [1..8]; [2] is a right child), k1 adds ‖C(e1 + e2 + 2e6)‖²
     v = np.zeros(L)
     v[[0, 1, 5]] = [1, 1, 2]
-    assert want == pytest.approx((float(np.sum((tree_strategy(L) @ v) ** 2)) + 4) / (2 * SIGMA ** 2))
+    assert want == pytest.approx((float(np.sum((tree_strategy(L, "plain") @ v) ** 2)) + 3) / (2 * SIGMA ** 2))
 
 
 def test_sums_pay_value_squared_with_their_own_sigma():

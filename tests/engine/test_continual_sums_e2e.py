@@ -37,11 +37,11 @@ def test_heavy_user_halted_light_user_pays_only_its_records():
         ev("light", 2.0, ["k"]),                                           # 0.5
         ev("heavy", 3.0, ["k"]), ev("heavy", 3.1, ["k"]), ev("heavy", 3.2, ["k"]),  # ‖C·3e₁‖²/8 = 4.5 > 2
         ev("mid", 4.0, ["a"]), ev("mid", 4.1, ["b"]),                      # window 1: 1.0
-        ev("mid", 14.0, ["c"]), ev("mid", 14.1, ["d"]), ev("mid", 14.2, ["e"]),  # window 2: +1.5 > 2 → halted
-        ev("light", 75.0, ["z"]),                                          # window 8: ‖C e₈‖² = 4 → +0.5
+        ev("mid", 14.0, ["c"]), ev("mid", 14.1, ["d"]), ev("mid", 14.2, ["e"]),  # window 2: +3·3/8 > 2 → halted
+        ev("light", 75.0, ["z"]),  # window 8: ‖C e₈‖² = 1 (plain reads [1..8] only) → +0.125
     ])
     users = {u.user: u for u in store.iter_users()}
-    assert not users["light"].halted and spent_rho(store, "light") == pytest.approx(1.0, abs=1e-9)
+    assert not users["light"].halted and spent_rho(store, "light") == pytest.approx(0.625, abs=1e-9)
     assert users["heavy"].halted and spent_rho(store, "heavy") == 0.0
     assert users["mid"].halted and spent_rho(store, "mid") == pytest.approx(1.0, abs=1e-9)
     # the crowd was never charged for anyone else: 0.5 each
@@ -131,8 +131,9 @@ def test_a_new_epoch_restarts_totals_selection_and_the_records_per_user():
     e, store = engine([q(max_contributions=2, horizon=4, max_per_key=1)], Cost.zcdp(100.0, 1e-3), horizon=4)
     recs = run(e, [ev("u", 10.0 * w + 1, [f"k{w}"]) for w in range(8)]
                + [ev(f"c{i}", 10.0 * w + 2, ["pop"]) for w in (0, 4) for i in range(40)])
-    # ‖C e_t‖² at L = 4 (3 levels): windows 1, 2 lie in 3 completed nodes each
-    assert spent_rho(store, "u") == pytest.approx(4 * 3 / 8, abs=1e-9)
+    # ‖C e_t‖² at L = 4 (3 levels, plain: the left children): window 1 lies in 3 used nodes, window 2 in 2 ([2] is
+    # a right child); per epoch 5/8
+    assert spent_rho(store, "u") == pytest.approx(2 * (3 + 2) / 8, abs=1e-9)
     assert e.queries[0].bounder.n_log == 42  # epoch 1: u's two records and the 40 others
     by = {(r.epoch, r.t): r for r in recs}
     assert "pop" in by[(0, 1)].values["counts"] and "pop" in by[(1, 1)].values["counts"]

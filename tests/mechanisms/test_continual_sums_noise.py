@@ -23,12 +23,14 @@ from streamdp.noise.generator import unsafe_seeded_generator
 warnings.simplefilter("ignore")
 
 
-def tree_strategy(L: int) -> np.ndarray:
-    """Rows: the tree nodes completed by L (level j, index k ≥ 1 with k·2^j ≤ L), as 0/1 rows over windows 1..L."""
+def tree_strategy(L: int, estimator: str = "optimal") -> np.ndarray:
+    """Rows: the tree nodes completed by L (level j, index k ≥ 1 with k·2^j ≤ L), as 0/1 rows over windows 1..L —
+    all of them (what Honaker's ``optimal`` estimate reads), or for ``plain`` those of odd k (the left children,
+    the only nodes a binary decomposition uses)."""
     rows = []
     j = 0
     while 2 ** j <= L:
-        for k in range(1, L // 2 ** j + 1):
+        for k in range(1, L // 2 ** j + 1, 2 if estimator == "plain" else 1):
             r = np.zeros(L)
             r[(k - 1) * 2 ** j: k * 2 ** j] = 1.0
             rows.append(r)
@@ -46,20 +48,54 @@ def decomposition(t: int) -> list[tuple[int, int]]:
     return out
 
 
+@pytest.mark.parametrize("estimator", ["plain", "optimal"])
 @pytest.mark.parametrize("L", [1, 5, 6, 8, 13, 16, 100])
-def test_tree_gram_is_the_node_incidence_gram(L):
-    C = tree_strategy(L)
+def test_tree_gram_is_the_node_incidence_gram(L, estimator):
+    C = tree_strategy(L, estimator)
     G = C.T @ C
     for t in range(1, L + 1):
-        np.testing.assert_array_equal(tree_gram_column(t, L)[1:], G[:t, t - 1])
-    assert TreeNoise(L, 1.0).gram_max() == G.diagonal().max()
+        np.testing.assert_array_equal(tree_gram_column(t, L, estimator)[1:], G[:t, t - 1])
+        np.testing.assert_array_equal(TreeNoise(L, 1.0, estimator).gram_column(t), tree_gram_column(t, L, estimator))
+    assert TreeNoise(L, 1.0, estimator).gram_max() == G.diagonal().max()
 
 
 def test_tree_gram_known_values():
-    # L = 6: windows 5 and 6 lie in nodes [5], [5,6] (and [5..8] ends after 6): G[5,5] = 2, G[5,6] = 1
-    assert tree_gram_column(5, 6)[5] == 2 and tree_gram_column(6, 6)[5] == 1 and tree_gram_column(6, 6)[6] == 2
-    # window 1 of L = 8 lies in [1], [1,2], [1..4], [1..8]
-    assert tree_gram_column(1, 8)[1] == 4 and tree_gram_column(8, 8)[1] == 1
+    # L = 6: windows 5 and 6 lie in nodes [5], [6], [5,6] (and [5..8] ends after 6); plain reads [5] and [5,6] only
+    # ([6] is a right child): all nodes G[5,5] = 2, G[5,6] = 1, G[6,6] = 2; plain G[6,6] = 1
+    assert tree_gram_column(5, 6, "optimal")[5] == 2 and tree_gram_column(6, 6, "optimal")[5] == 1
+    assert tree_gram_column(6, 6, "optimal")[6] == 2 and tree_gram_column(6, 6, "plain")[6] == 1
+    assert tree_gram_column(5, 6, "plain")[5] == 2 and tree_gram_column(6, 6, "plain")[5] == 1
+    # window 1 of L = 8 lies in [1], [1,2], [1..4], [1..8] (all left children); window 8 in [8], [7,8], [5..8],
+    # [1..8], of which plain reads only [1..8]
+    for est in ("plain", "optimal"):
+        assert tree_gram_column(1, 8, est)[1] == 4 and tree_gram_column(8, 8, est)[1] == 1
+    assert tree_gram_column(8, 8, "optimal")[8] == 4 and tree_gram_column(8, 8, "plain")[8] == 1
+
+
+@pytest.mark.parametrize("L", [3, 6, 8, 13, 16])
+def test_the_charged_gram_is_the_exact_loss_of_the_plain_release_and_covers_honakers(L):
+    """The release of every running total c + Bz (z ~ N(0, I)) is a Gaussian vector; one user's Δ moves it by AΔ,
+    so its Rényi divergence is α·ΔᵀAᵀ(BBᵀ)⁻¹AΔ/2. Plain: that matrix IS the used-node Gram (the release is an
+    invertible map of the L used nodes) — charging every completed node over-charged. Honaker: it is below the
+    every-completed-node Gram (psd order), which is what it is charged."""
+    A = np.tril(np.ones((L, L)))
+    G_plain = np.array([np.concatenate([tree_gram_column(t, L, "plain")[1:], np.zeros(L - t)]) for t in
+                        range(1, L + 1)])
+    G_plain = np.triu(G_plain.T) + np.triu(G_plain.T, 1).T  # the columns hold s ≤ t
+    B = explicit_B(TreeNoise(L, 1.0, "plain"), L)
+    np.testing.assert_allclose(A.T @ np.linalg.solve(B @ B.T, A), G_plain, atol=1e-9)
+    # Honaker's estimate as the least-squares estimate of c(t) from the nodes completed by t
+    C_all = tree_strategy(L, "optimal")
+    Bh = np.zeros((L, C_all.shape[0]))
+    ends = np.array([int(np.flatnonzero(r)[-1]) + 1 for r in C_all])
+    for t in range(1, L + 1):
+        idx = np.flatnonzero(ends <= t)
+        X = C_all[idx][:, :t]
+        Bh[t - 1, idx] = np.ones(t) @ np.linalg.solve(X.T @ X, X.T)
+    loss = A.T @ np.linalg.solve(Bh @ Bh.T, A)
+    gap = C_all.T @ C_all - loss
+    assert np.linalg.eigvalsh((gap + gap.T) / 2).min() > -1e-9
+    assert float(np.ones(L) @ gap @ np.ones(L)) >= -1e-9  # 0 up to rounding at L = 2^k
 
 
 @pytest.mark.parametrize("t", [1, 2, 3, 5, 6, 7, 11, 12, 13])
@@ -117,7 +153,7 @@ def explicit_B(noise, L: int) -> np.ndarray:
     if isinstance(noise, BltNoise):
         return blt_matrices(noise.params)[2]
     # plain tree: the decomposition nodes' indicator, over the node table's rows
-    C = tree_strategy(L)
+    C = tree_strategy(L, "optimal")
     B = np.zeros((L, C.shape[0]))
     for t in range(1, L + 1):
         for (a, b) in decomposition(t):

@@ -231,6 +231,18 @@ class ContinualSums(WindowQuery):
                                                         ((rel.sums + hs) * g).tolist())))
         return QueryRelease(values=values, meta={"selected": len(names), "new_selected": len(values["new_keys"])})
 
+    #: the version of the tree's charge rule (``tree_noise`` module docstring): 2 = the plain tree charges only the
+    #: nodes its estimate reads (rule 1 charged every completed node). A release parameter of ``noise = "tree"``
+    #: with ``estimator = "plain"`` only — the others are unchanged — so a checkpoint of rule 1 is refused there
+    #: (users charged under two Gram matrices in one epoch: a sum's increments are not monotone in G).
+    RELEASE_RULE = 2
+
+    def parameters(self) -> dict:
+        p = super().parameters()
+        if self.mech.noise_kind == "tree" and self.mech.estimator == "plain":
+            p = {**p, "release_rule": self.RELEASE_RULE}
+        return p
+
     # ------------------------------------------------------------------------------------------------ state
     def state(self) -> dict:
         return {"mech": self.mech.state(), "bounder": self.bounder.state()}
