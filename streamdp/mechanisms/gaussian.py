@@ -41,10 +41,16 @@ def _positive(x, name: str) -> float:
 
 
 def gaussian_cost(sigma: float, l2_sensitivity: float) -> Cost:
-    """ρ = Δ2²/(2σ²), δ = 0 — Rogers (unknown-domain) Thm 4."""
+    """ρ = Δ2²/(2σ²), δ = 0 — Rogers (unknown-domain) Thm 4. ValueError when ρ is not a finite float (σ so small, or
+    Δ2 so large, that σ² underflows or Δ2²/(2σ²) overflows: it used to raise ZeroDivisionError or report inf)."""
     s = _positive(sigma, "sigma")
     d = _positive(l2_sensitivity, "l2_sensitivity")
-    return Cost.zcdp(rho=d * d / (2.0 * s * s))
+    r = d / s  # float division and product overflow to inf (no exception); ** would raise OverflowError
+    rho = r * r / 2.0
+    if not math.isfinite(rho):
+        raise ValueError(f"the Gaussian cost Δ2²/(2σ²) is not finite for sigma={sigma!r}, "
+                         f"l2_sensitivity={l2_sensitivity!r}")
+    return Cost.zcdp(rho=rho)
 
 
 def gaussian_sigma(rho: float, l2_sensitivity: float) -> float:
@@ -63,7 +69,21 @@ def grid_sigma(sigma: float, l2_sensitivity: float, coords: int) -> float:
         if granularity(nxt) == g:
             return nxt
         s = nxt
-    raise ValueError("sigma is too small against the sensitivity for a grid release")  # pragma: no cover
+    # the grid's √m·g (g ≈ 2⁻³⁰σ) is not small against Δ2: widening σ widens g as fast, no fixed point
+    raise ValueError(f"l2_sensitivity={l2_sensitivity!r} is too small against sigma={sigma!r} for a grid release of "
+                     f"{coords} coordinates (√m·2⁻³⁰·σ must stay well below Δ2)")
+
+
+#: integer values are released in int64: |v| ≤ 2⁶² leaves room for any noise the samplers draw (scale ≤ 2⁴⁰)
+MAX_INT_VALUE = 2**62
+
+
+def _int64_values(v: np.ndarray) -> np.ndarray:
+    """The integer values as int64, refused (ValueError) beyond ±2⁶²: uint64 values past 2⁶³ and int64 values near
+    the limit used to wrap around silently (a count of 2⁶³ − 1 was released as about −9.2·10¹⁸)."""
+    if v.size and (int(v.max()) > MAX_INT_VALUE or int(v.min()) < -MAX_INT_VALUE):
+        raise ValueError("integer values must lie in [-2**62, 2**62] (int64 with room for the noise)")
+    return v.astype(np.int64)
 
 
 class GaussianMechanism:
@@ -74,6 +94,7 @@ class GaussianMechanism:
     def __init__(self, sigma: float, l2_sensitivity: float = 1.0) -> None:
         self.sigma = _positive(sigma, "sigma")
         self.l2_sensitivity = _positive(l2_sensitivity, "l2_sensitivity")
+        self.cost()  # a mechanism whose cost is not a finite ρ is refused before it can release
 
     def cost(self) -> Cost:
         return gaussian_cost(self.sigma, self.l2_sensitivity)
@@ -89,8 +110,9 @@ class GaussianMechanism:
         if v.dtype.kind in "iu":
             if self.sigma > MAX_SCALE:
                 raise ValueError("sigma must be ≤ 2**40 for integer releases")
+            w = _int64_values(v)
             z = samplers.discrete_gaussian(g, self.sigma, v.shape)
-            return v.astype(np.int64) + np.asarray(z, dtype=np.int64)
+            return w + np.asarray(z, dtype=np.int64)
         if v.dtype.kind not in "f" or not np.all(np.isfinite(v)):
             raise ValueError("values must be finite real numbers (or integers)")
         s = grid_sigma(noise_scale(self.sigma), self.l2_sensitivity, max(1, v.size))

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from streamdp.accounting.cost import Cost
+from streamdp.mechanisms.gaussian import _int64_values
 from streamdp.mechanisms.granular_laplace import laplace_granularity
 from streamdp.noise import samplers
 from streamdp.noise.discrete import MAX_SCALE
@@ -49,11 +50,17 @@ def _count(x, name: str) -> int:
 
 
 def laplace_cost(b: float, linf_sensitivity: float = 1.0, l0_sensitivity: int = 1) -> Cost:
-    """ρ = Δ0·(Δ∞/b)²/2, δ = 0 — per-count composition of Rogers (unknown-domain) Thm 7 proof (Laplace case)."""
+    """ρ = Δ0·(Δ∞/b)²/2, δ = 0 — per-count composition of Rogers (unknown-domain) Thm 7 proof (Laplace case).
+    ValueError when ρ is not a finite float (b tiny against Δ∞: it used to raise OverflowError)."""
     b = _positive(b, "b")
     linf = _positive(linf_sensitivity, "linf_sensitivity")
     l0 = _count(l0_sensitivity, "l0_sensitivity")
-    return Cost.zcdp(rho=l0 * (linf / b) ** 2 / 2.0)
+    ratio = linf / b  # float division and product overflow to inf (no exception); ** would raise OverflowError
+    rho = l0 * (ratio * ratio) / 2.0
+    if not math.isfinite(rho):
+        raise ValueError(f"the Laplace cost Δ0·(Δ∞/b)²/2 is not finite for b={b!r}, linf_sensitivity={linf!r}, "
+                         f"l0_sensitivity={l0!r}")
+    return Cost.zcdp(rho=rho)
 
 
 def laplace_pure_epsilon(b: float, l1_sensitivity: float) -> float:
@@ -68,6 +75,7 @@ class LaplaceMechanism:
         self.b = _positive(b, "b")
         self.linf_sensitivity = _positive(linf_sensitivity, "linf_sensitivity")
         self.l0_sensitivity = _count(l0_sensitivity, "l0_sensitivity")
+        self.cost()  # a mechanism whose cost is not a finite ρ is refused before it can release
 
     def cost(self) -> Cost:
         return laplace_cost(self.b, self.linf_sensitivity, self.l0_sensitivity)
@@ -85,8 +93,9 @@ class LaplaceMechanism:
                 raise ValueError("integer values need an integer linf_sensitivity (the counts' change)")
             if self.b > MAX_SCALE:
                 raise ValueError("b must be ≤ 2**40 for integer releases")
+            w = _int64_values(v)
             z = samplers.discrete_laplace(g, self.b, v.shape)
-            return v.astype(np.int64) + np.asarray(z, dtype=np.int64)
+            return w + np.asarray(z, dtype=np.int64)
         if v.dtype.kind not in "f" or not np.all(np.isfinite(v)):
             raise ValueError("values must be finite real numbers (or integers)")
         eps = self.linf_sensitivity / self.b
