@@ -1,7 +1,7 @@
 """Accuracy of the binary-mechanism running counts: plain vs Honaker's streaming variance-optimal estimator.
 
-Both estimators post-process the same kind of node table, so at equal σ they have equal privacy cost ρ
-(binary_tree_cost). For each horizon L, n items with random per-window counts are run through one tree per
+At C = 1 (measured here) both estimators have equal privacy cost ρ at equal σ (binary_tree_cost: Δ2² = levels);
+for C > 1 Honaker's costs more (it reads every completed node, release rule 3). For each horizon L, n items with random per-window counts are run through one tree per
 estimator; the error of the unrounded running count is measured at every t = 1..L. Printed per L: the empirical
 MSE averaged over t (and its analytic value σ²·mean popcount(t) or mean Σ_{j∈bits(t)} V_j), the worst-t empirical
 error std against its analytic value, and the ratio optimal/plain. Also a few single-t rows (docs/contract.md §7
