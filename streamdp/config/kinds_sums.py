@@ -90,7 +90,8 @@ register(QueryKind(
               default=None, min=1),
         Param("noise", "str", "'blt': near-square-root factorization, O(1) state per key; 'tree': binary tree",
               default="blt", choices=("blt", "tree")),
-        Param("estimator", "str", "tree only: 'plain' or 'optimal' (Honaker; same cost)", default="plain",
+        Param("estimator", "str", "tree only: 'plain' or 'optimal' (Honaker; it reads every completed node, so a record "
+              "can cost more)", default="plain",
               choices=("plain", "optimal")),
         Param("blt_buffers", "int", "blt only: buffers d of the BLT factorization", default=4, min=1, max=8),
         Param("value_range", "list", "[lo, hi]: sum the events' value clamped to it (absent: counts only)",
