@@ -10,16 +10,20 @@ snapshot — the Kafka worker restores its checkpoint — so a failed window is 
 
 1. every query :meth:`~streamdp.engine.query.WindowQuery.prepare`\\ s (side-effect free) and states each user's
    worst-case cost;
-2. ONE atomic admit of all users with data in the window (scope :func:`admission_scope`: a digest of the stream
-   the service names in ``EngineConfig.scope`` and of the engine's queries and their parameters; seq = global
-   window number; idempotent on a retry that repeats the close exactly, which the store checks by the close's
-   replay digest, :mod:`streamdp.engine.replay_digest`); users that do not fit are halted for good and their
-   data is dropped;
+2. one atomic admit per input partition of the users with data in the window, in partition order — stage A's cut
+   (:mod:`streamdp.engine.stage_a`; docs/DECISIONS.md "Scale-out: stage A admits"): a user's events are all on one
+   partition, so the batches are disjoint. Scope :func:`stage_a.partition_scope` of :func:`admission_scope` (a
+   digest of the stream the service names in ``EngineConfig.scope`` and of the engine's queries and their
+   parameters); seq = global window number; idempotent on a retry that repeats the close exactly, which the store
+   checks by the partition's replay digest, chained on the close's (:mod:`streamdp.engine.replay_digest`). The
+   bounding in step 1 draws per (query, partition, window) (:class:`stage_a.BoundingDraws`), never from the noise
+   generator. Users that do not fit are halted for good and their data is dropped;
 3. every query releases from admitted users' data only (this advances the query state: tree nodes, counters);
 4. records are written to the store's release log under their idempotency key (query, epoch, window) — if the
    log already holds a *different* record for the key, the engine refuses to go on (:class:`ReleaseConflict`):
    publishing fresh noise for a quantity already published would allow averaging;
-5. reservations are settled to the actual costs; a ledger entry is appended per release.
+5. reservations are settled to the actual costs, each user in their partition's scope
+   (:func:`coordinator.settle_parts`); a ledger entry is appended per release.
 
 The service publishes records only after step 4 and stores :meth:`snapshot` atomically with its input offsets.
 """
