@@ -46,7 +46,7 @@ from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
 from streamdp.engine.release_parameters import ParametersChanged, canonical, check_unchanged, release_parameters
 from streamdp.engine.coordinator import merge_admissions, settle_parts
 from streamdp.engine.replay_digest import GENESIS, generator_fingerprint, partition_digest, window_digest
-from streamdp.engine.stage_a import BoundingDraws, admit_partition
+from streamdp.engine.stage_a import BoundingDraws, UserPartitions, admit_partition
 from streamdp.filter.store import BudgetStore, StoreError
 from streamdp.input.events import EventBatch
 from streamdp.noise.generator import make_generator
@@ -423,10 +423,8 @@ class ReleaseEngine:
                 bind(self.items)
         # bounding draws per (query, partition, window), not from the noise generator (stage_a.BoundingDraws)
         rows = self.held.partition_rows(seq)  # (partition, events) in partition order: w's row ranges
-        user_partition = np.full(len(self.users), -1, dtype=np.int64)
         ends = np.cumsum([n for _, n in rows], dtype=np.int64)
-        for (p, n), end in zip(rows, ends.tolist()):
-            user_partition[w.user_ids[end - n:end]] = p
+        user_partition = UserPartitions(w.user_ids, rows)
         draws = BoundingDraws(self.rng, seq, user_partition, self.items)
         reservations = [q.prepare(w, draws.for_query(q.id)) for q in self.queries]
         # 2. admission per (window, partition), as stage A does it: each partition's users in their own batch

@@ -339,3 +339,13 @@ def test_a_prepare_that_draws_other_randomness_fails_loudly():
     draws = BoundingDraws(unsafe_seeded_generator(1), 1, np.zeros(1, dtype=np.int64), Names()).for_query("q")
     with pytest.raises(AttributeError):
         draws.normal(0, 1)
+
+
+def test_a_user_on_two_partitions_in_one_window_is_owned_by_the_lowest():
+    """Not from a user-keyed topic whose partition count stayed put, but after partitions were added (and in the
+    embedded tests): the user's lowest partition of the window owns their whole bounding and admission."""
+    from streamdp.engine.stage_a import UserPartitions
+    user_ids = np.array([5, 3, 5, 9, 3, 7], dtype=np.int64)  # partition 0: rows 0-1, partition 2: 2-3, 4: 4-5
+    owners = UserPartitions(user_ids, [(0, 2), (2, 2), (4, 2)])
+    assert owners[np.array([3, 5, 7, 9, 4])].tolist() == [0, 0, 4, 2, -1]
+    assert UserPartitions(np.zeros(0, np.int64), [])[np.array([1])].tolist() == [-1]
