@@ -40,12 +40,15 @@ def settle_parts(store: BudgetStore, parts: list[AdmittedPart], users: np.ndarra
     """Lower the reservations of the admitted ``users`` (sorted ids) to ``actual``, each in the scope and batch of
     the part that admitted them (one settle call per partition, in partition order)."""
     settle_ids = getattr(store, "settle_ids", None)
-    for part in sorted(parts, key=lambda p: p.partition):
-        if part.users.size == 0:
-            continue
-        sel = np.isin(users, part.users, assume_unique=True)
-        if not sel.any():
-            continue
+    live = [p for p in sorted(parts, key=lambda p: p.partition) if p.users.size]
+    for part in live:
+        if len(live) == 1:
+            sel = slice(None)
+        else:
+            pos = np.minimum(np.searchsorted(part.users, users), part.users.size - 1)
+            sel = part.users[pos] == users
+            if not sel.any():
+                continue
         if settle_ids is not None:
             store.settle_ids(part.scope, part.seq, users[sel], actual[sel], table)
         else:

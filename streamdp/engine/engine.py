@@ -424,11 +424,11 @@ class ReleaseEngine:
         # bounding draws per (query, partition, window), not from the noise generator (stage_a.BoundingDraws)
         rows = self.held.partition_rows(seq)  # (partition, events) in partition order: w's row ranges
         ends = np.cumsum([n for _, n in rows], dtype=np.int64)
-        user_partition = UserPartitions(w.user_ids, rows)
+        present = unique_sorted(w.user_ids)
+        user_partition = UserPartitions(w.user_ids, rows, present)
         draws = BoundingDraws(self.rng, seq, user_partition, self.items)
         reservations = [q.prepare(w, draws.for_query(q.id)) for q in self.queries]
         # 2. admission per (window, partition), as stage A does it: each partition's users in their own batch
-        present = unique_sorted(w.user_ids)
         all_users = unique_sorted(np.concatenate([present] + [r.users for r in reservations]))
         total = np.zeros((all_users.size, N_COMPONENTS), dtype=np.int64)
         for r in reservations:  # the queries' costs add: zCDP (Rogers (unknown-domain) Thm 6) and CGP (Liang–Yi (CGP) Thm 3.2) compose additively
@@ -449,12 +449,8 @@ class ReleaseEngine:
             sel = np.flatnonzero(owner == p)
             if sel.size == 0:
                 continue
-            lo = end - n
-            io = w.item_offsets[lo:end + 1]
-            p_arrays = (w.user_ids[lo:end], w.ts[lo:end], io - io[0], w.item_ids[io[0]:io[-1]], w.value[lo:end],
-                        w.loc[lo:end])
             users_p, total_p = all_users[sel], total[sel]
-            d = partition_digest(digest, p, p_arrays, users_p, total_p)
+            d = partition_digest(digest, p, end - n, end, users_p)
             parts.append(admit_partition(self.store, self.scope, seq, p, users_p, total_p, self.users, d.hex()))
         mask = merge_admissions(all_users, parts)
         everyone = bool(mask.all())

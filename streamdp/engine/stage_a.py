@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 
 from streamdp.accounting.cost import N_COMPONENTS
+from streamdp.arrays import unique_sorted
 from streamdp.engine.query import Names
 from streamdp.filter.store import BudgetStore
 from streamdp.noise.generator import derived_generator
@@ -54,26 +55,21 @@ class UserPartitions:
     window). Built from the window's rows, one partition after the other; costs O(window's users), not O(every
     interned user)."""
 
-    def __init__(self, user_ids: np.ndarray, rows: list[tuple[int, int]]) -> None:
-        us, ps = [], []
-        end = 0
-        for p, n in rows:
-            u = np.unique(user_ids[end:end + n])
-            us.append(u)
-            ps.append(np.full(u.size, p, dtype=np.int64))
-            end += n
-        users = np.concatenate(us) if us else np.zeros(0, dtype=np.int64)
-        parts = np.concatenate(ps) if ps else np.zeros(0, dtype=np.int64)
-        order = np.argsort(users, kind="stable")  # partitions come in order: a user's lowest partition first
-        users, parts = users[order], parts[order]
-        if users.size > 1 and not (users[1:] > users[:-1]).all():
-            # a user with events on two partitions in one window: not from a user-keyed topic whose partition
-            # count stayed put (key_mismatch), but possible after the input topic was given more partitions, and
-            # in the embedded pipeline's tests. The user's lowest partition owns them (their whole bounding and
-            # admission); a worker holding only one of the partitions cannot decide for them (DECISIONS)
-            first = np.concatenate(([True], users[1:] != users[:-1]))
-            users, parts = users[first], parts[first]
-        self.users, self.parts = users, parts
+    def __init__(self, user_ids: np.ndarray, rows: list[tuple[int, int]], present: np.ndarray | None = None) -> None:
+        """``present``: ``unique_sorted(user_ids)`` when the caller has it (one partition: nothing else to sort)."""
+        user_ids = np.asarray(user_ids, dtype=np.int64)
+        if len(rows) <= 1:
+            self.users = unique_sorted(user_ids) if present is None else present
+            self.parts = np.full(self.users.size, rows[0][0] if rows else -1, dtype=np.int64)
+            return
+        # rows come one partition after the other, so a user's first row is in their lowest partition. A user with
+        # events on two partitions in one window: not from a user-keyed topic whose partition count stayed put
+        # (key_mismatch), but possible after the input topic was given more partitions, and in the embedded
+        # pipeline's tests. The lowest partition owns them (their whole bounding and admission); a worker holding
+        # only one of the partitions cannot decide for them (DECISIONS)
+        self.users, first = np.unique(user_ids, return_index=True)
+        ends = np.cumsum([n for _, n in rows])
+        self.parts = np.asarray([p for p, _ in rows], dtype=np.int64)[np.searchsorted(ends, first, side="right")]
 
     def __getitem__(self, ids) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
@@ -115,9 +111,13 @@ class BoundingDraws:
         part = self._part[users]
         if (part < 0).any():
             raise ValueError("bounding draws for a user without events in the window")
-        names = self._items.name_array(np.asarray(items, dtype=np.int64))
-        _, name_rank = np.unique(names, return_inverse=True)  # rank of the item name, sorted as strings
-        order = np.lexsort((name_rank.reshape(-1), users, part))  # by partition, user, item name
+        items = np.asarray(items, dtype=np.int64)
+        distinct = unique_sorted(items)
+        by_name = np.argsort(self._items.name_array(distinct), kind="stable")  # the distinct items, by name
+        rank_of = np.empty(distinct.size, dtype=np.int64)
+        rank_of[by_name] = np.arange(distinct.size)
+        name_rank = rank_of[np.searchsorted(distinct, items)]  # each pair's item's rank by name
+        order = np.lexsort((name_rank, users, part))  # by partition, user, item name
         ps = part[order]
         cuts = np.flatnonzero(np.diff(ps)) + 1
         for grp in np.split(order, cuts):

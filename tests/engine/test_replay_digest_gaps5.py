@@ -44,11 +44,10 @@ def test_the_engine_chains_on_its_last_digest_and_the_snapshot_carries_it():
     # the engine holds the digest of its last close (the next close chains on it) and its snapshot stores it; the
     # store gets the digest of the close's one partition, chained on it
     assert eng.state_tree()["history"]["digest"] == eng.history.hex()
-    users, costs = store.batches[-1]
-    arrays = (np.zeros(1, np.int64), np.array([T0 + 61]), np.array([0, 1]), np.zeros(1, np.int64),
-              np.array([np.nan]), np.full((1, 2), np.nan))
-    assert partition_digest(eng.history, 0, arrays, users, costs).hex() == got[2]
-    assert partition_digest(GENESIS, 0, arrays, users, costs).hex() != got[2]  # the chain enters it
+    users, _ = store.batches[-1]
+    assert partition_digest(eng.history, 0, 0, 1, users).hex() == got[2]  # partition 0, its row range [0, 1)
+    assert partition_digest(GENESIS, 0, 0, 1, users).hex() != got[2]  # the chain enters it
+    assert partition_digest(eng.history, 1, 0, 1, users).hex() != got[2]  # and the partition
 
 
 def _two_windows(new_user: str, new_item: str, users_first: int, items_first: int):
