@@ -349,3 +349,21 @@ def test_a_user_on_two_partitions_in_one_window_is_owned_by_the_lowest():
     owners = UserPartitions(user_ids, [(0, 2), (2, 2), (4, 2)])
     assert owners[np.array([3, 5, 7, 9, 4])].tolist() == [0, 0, 4, 2, -1]
     assert UserPartitions(np.zeros(0, np.int64), [])[np.array([1])].tolist() == [-1]
+
+
+def test_the_order_of_a_windows_partition_admits_does_not_matter():
+    """The admits a run made, replayed window by window into a fresh store with each window's partitions in
+    reverse order, answer the same and leave the same spend (each user is in one batch of a window)."""
+    parts = partitioned_stream(4, n_events=600)
+    _, _, spend, admits = run(CFG_BOUNDING, 40, parts, batch=10_000)
+    assert any(not ok for a in admits for ok in a[4])  # some users refused
+    cfg = parse_config(tomllib.loads(CFG_BOUNDING % {"rho": 40}), log_warnings=False)
+    fresh = MemoryBudgetStore(budget_vector(cfg.budget))
+    by_seq = {}
+    for a in admits:
+        by_seq.setdefault(a[1], []).append(a)
+    for seq in sorted(by_seq):
+        for scope, _, users, costs, mask in reversed(by_seq[seq]):
+            got = fresh.admit(scope, seq, list(users), np.array(costs, dtype=np.int64))
+            assert got.tolist() == mask, (seq, scope)
+    assert {u.user: (u.spent.tolist(), bool(u.halted)) for u in fresh.iter_users()} == spend
