@@ -202,18 +202,19 @@ def test_a_partitions_first_window_admission_does_not_depend_on_the_other_partit
             assert key in together and alone[key] == together[key], (name, seed, p)
 
 
-def test_a_partitions_admissions_do_not_depend_on_the_other_partitions_in_any_window():
+@pytest.mark.parametrize("owners", [[[0], [1], [2]], [[0, 1], [2]], [[2, 0], [1]]], ids=["N=3", "N=2", "N=2b"])
+def test_a_partitions_admissions_do_not_depend_on_the_other_partitions_in_any_window(owners):
     """Random Δ0 bounding (window_histogram, continual_counts): every window's admit batch of a partition — and
-    its answer — is the same alone as with the others, so a worker owning any subset of the partitions decides what
-    one worker decides. Fails on the engine of before stage A (one draw per pair over the whole window)."""
+    its answer — is the same when the engine owns only a subset of the partitions (N workers, each its own batch
+    size and interleaving) as with all of them, so workers owning any split of the partitions decide what one
+    worker decides. Fails on the engine of before stage A (one draw per pair over the whole window)."""
     for seed in (1, 2, 3):
         parts = partitioned_stream(seed, n_events=600)
         together = {(a[0].rsplit("/", 1)[1], a[1]): a[2:] for a in run(CFG_BOUNDING, 200, parts, batch=10_000)[3]}
         merged = {}
-        for p in range(P):
-            alone = {(a[0].rsplit("/", 1)[1], a[1]): a[2:] for a in run(CFG_BOUNDING, 200, parts, 10_000,
-                                                                           only=[p])[3]}
-            merged.update(alone)
+        for k, subset in enumerate(owners):
+            mine = run(CFG_BOUNDING, 200, parts, batch=[10_000, 7, 1][k], order_seed=k, only=subset)[3]
+            merged.update({(a[0].rsplit("/", 1)[1], a[1]): a[2:] for a in mine})
         assert merged == together, seed
         assert len(together) >= 3 * 8
 
