@@ -15,7 +15,9 @@ engine is the single-process ``ReleaseEngine``, whose close is already cut as th
 * coordinator: every query's ``release``, the release log and ledger writes, ``coordinator.settle_parts``;
 * other: the rest of the close (window data, merging, counters).
 
-The admission messages are encoded only to count their bytes; that time is left out of every figure.
+The admission messages are encoded only to count their bytes; that time is left out of every figure. "counts B/ev"
+estimates the count kinds' contribution messages of the DECISIONS table (per partition and window, the distinct
+items of the admitted bounded contributions: name and an 8-byte count), which do not exist yet.
 
 Thread CPU time (``time.thread_time``), so other jobs on the machine do not inflate it. Message bytes: each
 ``AdmittedPart.to_bytes`` (user names, the used cost columns, the admitted bits), outside the timings; the
@@ -84,14 +86,44 @@ def partitioned(payloads: list[bytes], n_parts: int, batch: int):
     return out
 
 
+def count_message_bytes(res, admitted, owners, items) -> int:
+    """What the count kinds' (window, partition) contribution messages of the DECISIONS table would weigh: per
+    partition, its distinct items among the admitted bounded pairs, each as its name (UTF-8, with a 2-byte length)
+    and an 8-byte count. top_k: the bounded (user, item) keys; continual_counts: the admitted first contributions."""
+    private = res.private
+    if private is None:
+        return 0
+    if isinstance(private, np.ndarray):  # top_k / window_histogram: user << 32 | item keys
+        users, item_ids = private >> np.int64(32), private & np.int64(0xFFFFFFFF)
+    elif hasattr(private, "first"):  # continual_counts: the bounded window
+        users, item_ids = private.user_ids[private.first], private.item_ids[private.first]
+    else:
+        return 0
+    keep = admitted[users]
+    users, item_ids = users[keep], item_ids[keep]
+    if users.size == 0:
+        return 0
+    pair = np.unique(np.stack([owners[users], item_ids], axis=1), axis=0)  # distinct (partition, item)
+    return int(sum(len(n.encode()) + 2 + 8 for n in items.names(pair[:, 1])))
+
+
 def run(batches, n_parts: int) -> dict:
     engine = build_engine()
     engine.register_partitions(range(n_parts))
     clock = Clock()
     msg_bytes = [0]
+    count_bytes = [0]
+    owners = []  # the close's user → partition map (engine_mod.UserPartitions, captured below)
     for q in engine.queries:
         q.prepare = clock.wrap("stage_a", q.prepare)
         q.release = clock.wrap("coordinator", q.release)
+        release = q.release
+
+        def counted(w, res, admitted, rng, items, _release=release):
+            count_bytes[0] += count_message_bytes(res, admitted, owners[-1], items)  # off the clock
+            return _release(w, res, admitted, rng, items)
+
+        q.release = clock.wrap("measure", counted)
     for names in (engine.users, engine.items):
         for meth in ("ids", "ids_coded"):
             setattr(names, meth, clock.wrap("names", getattr(names, meth)))
@@ -100,7 +132,13 @@ def run(batches, n_parts: int) -> dict:
     store.append_ledger = clock.wrap("coordinator", store.append_ledger)
     engine.ingest = clock.wrap("stage_a", engine.ingest)
     saved = {k: getattr(engine_mod, k) for k in ("admit_partition", "settle_parts", "window_digest",
-                                                  "partition_digest") if hasattr(engine_mod, k)}
+                                                  "partition_digest", "UserPartitions") if hasattr(engine_mod, k)}
+
+    def capture(*a, **kw):
+        owners.append(saved["UserPartitions"](*a, **kw))
+        return owners[-1]
+
+    engine_mod.UserPartitions = capture
     timed_admit = clock.wrap("stage_a", saved["admit_partition"])
     encode = clock.wrap("measure", lambda part: part.to_bytes(engine.users))  # off every reported stage
 
@@ -129,6 +167,7 @@ def run(batches, n_parts: int) -> dict:
     clock.t["other"] = clock.t.pop("close")
     n = engine.counters.events_in
     return {"n": n, "cpu": cpu - clock.t.pop("measure"), "windows": engine.counters.windows_closed, "bytes": msg_bytes[0],
+            "count_bytes": count_bytes[0],
             "users": engine.counters.admitted_users, **clock.t}
 
 
@@ -143,14 +182,16 @@ def main() -> None:
     batches = partitioned(payloads, args.partitions, args.batch)
     print(f"# {args.events} events, {args.partitions} partitions, batches of ≤ {args.batch} per partition; "
           f"cpus allowed {sorted(os.sched_getaffinity(0))} of {os.cpu_count()}; load1 {os.getloadavg()[0]:.2f}")
-    print(f"{'run':>4} {'µs/ev':>7} " + " ".join(f"{k:>11}" for k in STAGES) + f" {'msg B/ev':>9} {'msg B/user':>10}")
+    print(f"{'run':>4} {'µs/ev':>7} " + " ".join(f"{k:>11}" for k in STAGES)
+          + f" {'msg B/ev':>9} {'msg B/user':>10} {'counts B/ev':>11}")
     rows = []
     for r in range(args.repeats):
         o = run(batches, args.partitions)
         rows.append(o)
         per = {k: 1e6 * o[k] / o["n"] for k in STAGES}
         print(f"{r:>4} {1e6 * o['cpu'] / o['n']:>7.2f} " + " ".join(f"{per[k]:>11.2f}" for k in STAGES)
-              + f" {o['bytes'] / o['n']:>9.2f} {o['bytes'] / max(1, o['users']):>10.2f}")
+              + f" {o['bytes'] / o['n']:>9.2f} {o['bytes'] / max(1, o['users']):>10.2f}"
+              + f" {o['count_bytes'] / o['n']:>11.2f}")
     med = {k: statistics.median(1e6 * o[k] / o["n"] for o in rows) for k in STAGES + ("cpu",)}
     print(f"median µs/event: total {med['cpu']:.2f}; " + ", ".join(f"{k} {med[k]:.2f}" for k in STAGES))
     a, c = med["stage_a"], med["coordinator"] + med["other"]
