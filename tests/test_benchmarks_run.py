@@ -25,6 +25,7 @@ RUNS = [  # (script and toy arguments, a line its table prints)
      "ratio worker / raw aiokafka, median"),
     ("bench_range_queries.py --quick --sections speed", "total wall time"),
     ("bench_samplers.py --n 1000 --repeat 1", "vs PCG64"),
+    ("bench_stages.py --events 4000 --repeats 1", "median µs/event"),
     ("bench_sums_neighbours.py --universes 300", "violations: 0"),
     ("bench_tree_variance.py --items 50", "plain MSE (analytic)"),
     ("bench_window_close.py --items 1000 --repeats 1", "# window close, L=4096"),

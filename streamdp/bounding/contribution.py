@@ -31,10 +31,15 @@ def pair_keys(user_ids: np.ndarray, item_ids: np.ndarray) -> np.ndarray:
     return (np.asarray(user_ids, dtype=np.int64) << _SHIFT) | np.asarray(item_ids, dtype=np.int64)
 
 
-def delta0_subset(users: np.ndarray, delta0: int, rng: np.random.Generator) -> np.ndarray | None:
+def delta0_subset(users: np.ndarray, delta0: int, rng, items: np.ndarray | None = None) -> np.ndarray | None:
     """At most Δ0 distinct items per user (docs/contract.md §3): ``users`` holds the user of each distinct (user, item)
     pair, sorted by user; a user with more than Δ0 pairs keeps a uniform random subset of Δ0 (random priority, the
-    Δ0 smallest kept). Returns the keep mask, or None when no user is over Δ0 (then nothing is drawn)."""
+    Δ0 smallest kept). Returns the keep mask, or None when no user is over Δ0 (then nothing is drawn).
+
+    ``rng``: a numpy generator (one draw per pair, in key order), or the engine's per-partition bounding draws
+    (:class:`streamdp.engine.stage_a.BoundingDraws`, which has ``pair_priorities``): then only the pairs of users over
+    Δ0 get a priority, drawn per input partition so that a user's subset depends on their own pairs alone;
+    ``items`` (the pairs' item ids) is required with it."""
     if users.size == 0:
         return None
     starts = np.flatnonzero(np.concatenate(([True], users[1:] != users[:-1])))
@@ -42,13 +47,19 @@ def delta0_subset(users: np.ndarray, delta0: int, rng: np.random.Generator) -> n
     over = counts > delta0
     if not over.any():
         return None
-    prio = rng.random(users.size)  # one draw per pair, in key order
     # ranks matter only within users over Δ0 (the others keep everything): sort just their pairs, by user then
     # priority (lexsort is stable: the same ranks as sorting all pairs)
     sub = np.flatnonzero(np.repeat(over, counts))
     sub_counts = counts[over]
     sub_starts = np.concatenate(([0], np.cumsum(sub_counts)[:-1]))
-    order = np.lexsort((prio[sub], users[sub]))
+    pair_priorities = getattr(rng, "pair_priorities", None)
+    if pair_priorities is not None:
+        if items is None:
+            raise ValueError("delta0_subset: per-partition bounding draws need the pairs' items")
+        prio_sub = pair_priorities(users[sub], np.asarray(items, dtype=np.int64)[sub])
+    else:
+        prio_sub = rng.random(users.size)[sub]  # one draw per pair, in key order
+    order = np.lexsort((prio_sub, users[sub]))
     rank = np.empty(sub.size, dtype=np.int64)
     rank[order] = np.arange(sub.size) - np.repeat(sub_starts, sub_counts)
     keep = np.ones(users.size, dtype=bool)
@@ -122,7 +133,7 @@ class ContributionBounder:
             pos = hit = None
             prior = np.zeros(keys.size, dtype=np.int64)
         users = keys >> _SHIFT
-        keep = delta0_subset(users, self.delta0, rng)
+        keep = delta0_subset(users, self.delta0, rng, keys & np.int64(0xFFFFFFFF))
         if keep is not None:
             keys, prior, users = keys[keep], prior[keep], users[keep]
             if pos is not None:

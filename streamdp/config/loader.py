@@ -387,7 +387,7 @@ def budget_warnings(budget: Cost, queries: list) -> list[str]:
             single_over.update(over)
         total = [a + int(b) for a, b in zip(total, cvec)]
         summed.append(f"query[{i}] {q.id!r}")
-    # one admit per window charges the SUM of every query's cost (engine.close_window): queries that each fit can
+    # a user's admit per window charges the SUM of every query's cost (engine.close_window): queries that each fit can
     # together exceed the budget (config review of 2026-11-23, F6), or the ledger's range (the engine then charges
     # INT64_MAX, which no finite budget admits: refused here, at start, instead of halting everyone)
     wide = [j for j in range(len(COMPONENTS)) if total[j] > INT64_MAX]

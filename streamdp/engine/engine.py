@@ -10,16 +10,20 @@ snapshot — the Kafka worker restores its checkpoint — so a failed window is 
 
 1. every query :meth:`~streamdp.engine.query.WindowQuery.prepare`\\ s (side-effect free) and states each user's
    worst-case cost;
-2. ONE atomic admit of all users with data in the window (scope :func:`admission_scope`: a digest of the stream
-   the service names in ``EngineConfig.scope`` and of the engine's queries and their parameters; seq = global
-   window number; idempotent on a retry that repeats the close exactly, which the store checks by the close's
-   replay digest, :mod:`streamdp.engine.replay_digest`); users that do not fit are halted for good and their
-   data is dropped;
+2. one atomic admit per input partition of the users with data in the window, in partition order — stage A's cut
+   (:mod:`streamdp.engine.stage_a`; docs/DECISIONS.md "Scale-out: stage A admits"): a user's events are all on one
+   partition, so the batches are disjoint. Scope :func:`stage_a.partition_scope` of :func:`admission_scope` (a
+   digest of the stream the service names in ``EngineConfig.scope`` and of the engine's queries and their
+   parameters); seq = global window number; idempotent on a retry that repeats the close exactly, which the store
+   checks by the partition's replay digest, chained on the close's (:mod:`streamdp.engine.replay_digest`). The
+   bounding in step 1 draws per (query, partition, window) (:class:`stage_a.BoundingDraws`), never from the noise
+   generator. Users that do not fit are halted for good and their data is dropped;
 3. every query releases from admitted users' data only (this advances the query state: tree nodes, counters);
 4. records are written to the store's release log under their idempotency key (query, epoch, window) — if the
    log already holds a *different* record for the key, the engine refuses to go on (:class:`ReleaseConflict`):
    publishing fresh noise for a quantity already published would allow averaging;
-5. reservations are settled to the actual costs; a ledger entry is appended per release.
+5. reservations are settled to the actual costs, each user in their partition's scope
+   (:func:`coordinator.settle_parts`); a ledger entry is appended per release.
 
 The service publishes records only after step 4 and stores :meth:`snapshot` atomically with its input offsets.
 """
@@ -40,7 +44,9 @@ from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
 from streamdp.engine.query import Names, QueryRelease, WindowData, WindowQuery
 from streamdp.engine.release_parameters import ParametersChanged, canonical, check_unchanged, release_parameters
-from streamdp.engine.replay_digest import GENESIS, generator_fingerprint, window_digest
+from streamdp.engine.coordinator import merge_admissions, settle_parts
+from streamdp.engine.replay_digest import GENESIS, generator_fingerprint, partition_digest, window_digest
+from streamdp.engine.stage_a import BoundingDraws, UserPartitions, admit_partition
 from streamdp.filter.store import BudgetStore, StoreError
 from streamdp.input.events import EventBatch
 from streamdp.noise.generator import make_generator
@@ -415,24 +421,38 @@ class ReleaseEngine:
             bind = getattr(q, "bind_names", None)
             if bind is not None:
                 bind(self.items)
-        reservations = [q.prepare(w, self.rng) for q in self.queries]
-        # 2. one atomic admit for all users with data in this window
+        # bounding draws per (query, partition, window), not from the noise generator (stage_a.BoundingDraws)
+        rows = self.held.partition_rows(seq)  # (partition, events) in partition order: w's row ranges
+        ends = np.cumsum([n for _, n in rows], dtype=np.int64)
         present = unique_sorted(w.user_ids)
+        user_partition = UserPartitions(w.user_ids, rows, present)
+        draws = BoundingDraws(self.rng, seq, user_partition, self.items)
+        reservations = [q.prepare(w, draws.for_query(q.id)) for q in self.queries]
+        # 2. admission per (window, partition), as stage A does it: each partition's users in their own batch
         all_users = unique_sorted(np.concatenate([present] + [r.users for r in reservations]))
         total = np.zeros((all_users.size, N_COMPONENTS), dtype=np.int64)
         for r in reservations:  # the queries' costs add: zCDP (Rogers (unknown-domain) Thm 6) and CGP (Liang–Yi (CGP) Thm 3.2) compose additively
             if r.users.size:
                 _add_rows(total, all_users, r.users, r.costs, subset=True)
-        # the replay digest of this close: the store trusts a second admit of (scope, seq) only under the same one
+        # the replay digest of this close; each partition's admit carries its own, chained on it: the store trusts a
+        # second admit of (scope of p, seq) only under the same one
+        arrays = (w.user_ids, w.ts, w.item_offsets, w.item_ids, w.value, w.loc)
         digest = window_digest(self.history, seq, generator_state, self.users.since(self._history_users),
-                               self.items.since(self._history_items),
-                               (w.user_ids, w.ts, w.item_offsets, w.item_ids, w.value, w.loc), all_users, total)
+                               self.items.since(self._history_items), arrays, all_users, total)
         self.history, self._history_users, self._history_items = digest, len(self.users), len(self.items)
-        admit_ids = getattr(self.store, "admit_ids", None)
-        if admit_ids is not None:  # the store sees the engine's ids and name table (BudgetStore.admit_ids)
-            mask = admit_ids(self.scope, seq, all_users, total, self.users, digest=digest.hex())
-        else:
-            mask = self.store.admit(self.scope, seq, self.users.names(all_users), total, digest=digest.hex())
+        owner = user_partition[all_users]
+        if (owner < 0).any():
+            raise ValueError(f"window {seq}: a query reserved for a user without events in the window (its input "
+                             "partition, hence its admission batch, is unknown)")
+        parts = []
+        for (p, n), end in zip(rows, ends.tolist()):
+            sel = np.flatnonzero(owner == p)
+            if sel.size == 0:
+                continue
+            users_p, total_p = all_users[sel], total[sel]
+            d = partition_digest(digest, p, end - n, end, users_p)
+            parts.append(admit_partition(self.store, self.scope, seq, p, users_p, total_p, self.users, d.hex()))
+        mask = merge_admissions(all_users, parts)
         everyone = bool(mask.all())
         admitted = np.zeros(len(self.users), dtype=bool)
         admitted[all_users if everyone else all_users[mask]] = True
@@ -475,11 +495,7 @@ class ReleaseEngine:
         # 5. settle reservations to the actual costs; ledger
         adm_idx = np.flatnonzero(mask) if actual_total is not None else mask[:0]  # nothing to settle if None
         if adm_idx.size and (actual_total[adm_idx] != total[adm_idx]).any():
-            if admit_ids is not None:
-                self.store.settle_ids(self.scope, seq, all_users[adm_idx], actual_total[adm_idx], self.users)
-            else:
-                self.store.settle(self.scope, seq, self.users.names(all_users[adm_idx]),
-                                  actual_total[adm_idx])
+            settle_parts(self.store, parts, all_users[adm_idx], actual_total[adm_idx], self.users)
         for rec in records:
             self.store.append_ledger(rec.ledger_entry())
         self.held.drop(seq)

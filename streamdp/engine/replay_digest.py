@@ -80,3 +80,16 @@ def window_digest(prev: bytes, seq: int, generator_state: bytes, new_users: list
     _array(h, used)
     _array(h, by_component[used])
     return h.digest()
+
+
+def partition_digest(window: bytes, partition: int, lo: int, end: int, users: np.ndarray) -> bytes:
+    """``D_{p,seq}``: the replay digest of input partition ``p``'s admission of a window (its own batch in its own
+    scope, streamdp.engine.stage_a). ``window`` is the window's ``D_seq`` above, which covers the engine's state,
+    the generator's, every name, all of the window's events and its whole batch with the reservations; what it does
+    not say is the cut: the partition's rows ``[lo, end)`` of the window's events and its ``users``. Two partitions
+    of one window never share a digest."""
+    h = hashlib.blake2b(digest_size=16, person=b"streamdp-part")
+    h.update(window)
+    h.update(b"%d|%d|%d|" % (int(partition), int(lo), int(end)))
+    _array(h, np.asarray(users, dtype=np.int64))
+    return h.digest()

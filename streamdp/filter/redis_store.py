@@ -81,6 +81,35 @@ DEFAULT_CHUNK = 10_000
 # answer codes of the admit script, one byte per user (see redis_scripts.ADMIT)
 _ADMITTED, _HALTED, _REFUSED = ord("1"), ord("h"), ord("0")
 _NEVER = np.iinfo(np.int64).max  # halted-user cache: not known to be refused
+
+
+class _HaltedIds:
+    """One scope's cache of table ids known refused for good, with the seq of that answer: sorted ids and their
+    seqs. Sparse — it holds the refused users only — because an engine admits in one scope per input partition
+    (streamdp.engine.stage_a): a dense array over every table id per scope (as before) cost 8 bytes × interned
+    users × partitions. ``cache[ids]`` → their seqs (``_NEVER``: not known)."""
+
+    __slots__ = ("ids", "seqs")
+
+    def __init__(self) -> None:
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.seqs = np.zeros(0, dtype=np.int64)
+
+    def __getitem__(self, uid) -> np.ndarray:
+        uid = np.asarray(uid, dtype=np.int64)
+        if self.ids.size == 0:
+            return np.full(uid.shape, _NEVER, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.ids, uid), self.ids.size - 1)
+        return np.where(self.ids[pos] == uid, self.seqs[pos], _NEVER)
+
+    def record(self, uid: np.ndarray, seq: int) -> None:
+        """``uid`` (distinct) refused at ``seq``: each keeps the lowest seq it was refused at."""
+        ids = np.concatenate([self.ids, np.asarray(uid, dtype=np.int64)])
+        seqs = np.concatenate([self.seqs, np.full(len(uid), seq, dtype=np.int64)])
+        order = np.lexsort((seqs, ids))  # by id, then lowest seq first
+        ids, seqs = ids[order], seqs[order]
+        first = np.concatenate(([True], ids[1:] != ids[:-1])) if ids.size else np.zeros(0, dtype=bool)
+        self.ids, self.seqs = ids[first], seqs[first]
 _SPENT_FIELDS = tuple(f"s{i}".encode() for i in range(N_COMPONENTS))
 _BUDGET_FIELDS = tuple(f"b{i}".encode() for i in range(N_COMPONENTS))
 
@@ -190,9 +219,9 @@ class RedisBudgetStore(BudgetStore):
         # users known to be refused for good in a scope (answer code 'h' of the admit script: halted, with a
         # refusal or no state in the scope), with the seq of that answer: later admits of that seq or a later one
         # answer them without asking Redis (an earlier seq is a stale replay, which Redis answers "admitted").
-        # name → seq per scope (admit), and per table id of _xtable per scope (admit_ids; _NEVER: not known).
+        # name → seq per scope (admit), and per table id of _xtable per scope (admit_ids, sparse: _HaltedIds).
         self._halted_names: dict[str, dict[str, int]] = {}
-        self._halted_ids: dict[str, np.ndarray] = {}
+        self._halted_ids: dict[str, _HaltedIds] = {}
         if check:
             self._check_server(assume_noeviction)
         if default_budget is not None:
@@ -708,8 +737,6 @@ class RedisBudgetStore(BudgetStore):
         known = self._halted_ids.get(scope)
         send = None
         if known is not None:
-            if known.size < len(table):
-                known = self._grow_halted_ids(scope, len(table))
             k = known[uid] <= seq
             if k.any():
                 send = np.flatnonzero(~k)
@@ -719,19 +746,10 @@ class RedisBudgetStore(BudgetStore):
                             self._xslot[sent] if self.cluster else None)
         halted = np.flatnonzero(codes == _HALTED)
         if halted.size:
-            if known is None or known.size < len(table):
-                known = self._grow_halted_ids(scope, len(table))
-            hid = sent[halted]
-            known[hid] = np.minimum(known[hid], seq)
+            if known is None:
+                known = self._halted_ids[scope] = _HaltedIds()
+            known.record(sent[halted], seq)
         return self._mask(n, send, codes)
-
-    def _grow_halted_ids(self, scope: str, m: int) -> np.ndarray:
-        old = self._halted_ids.get(scope)
-        new = np.full(max(m, 1024, 0 if old is None else 2 * old.size), _NEVER, dtype=np.int64)
-        if old is not None:
-            new[:old.size] = old
-        self._halted_ids[scope] = new
-        return new
 
     @staticmethod
     def _mask(n: int, send: np.ndarray | None, codes: np.ndarray) -> np.ndarray:

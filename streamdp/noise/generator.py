@@ -11,6 +11,7 @@ stray ``np.random`` calls outside this package).
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import warnings
 
@@ -18,7 +19,7 @@ import numpy as np
 from randomgen import ChaCha
 
 __all__ = ["secure_generator", "unsafe_seeded_generator", "UnsafeSeedWarning", "make_generator",
-           "synthetic_data_generator", "SecureGenerator", "checked_generator"]
+           "synthetic_data_generator", "SecureGenerator", "checked_generator", "derived_generator"]
 
 
 class UnsafeSeedWarning(UserWarning):
@@ -77,3 +78,25 @@ def make_generator(unsafe_test_seed: int | None = None) -> np.random.Generator:
 def synthetic_data_generator(seed: int) -> np.random.Generator:
     """Seeded generator for SYNTHETIC INPUT DATA (demo streams, benchmarks) — never for privacy noise."""
     return np.random.Generator(ChaCha(seed=int(seed), rounds=8))
+
+
+def derived_generator(parent: np.random.Generator, label: bytes) -> np.random.Generator:
+    """A generator of its own for ``label``, keyed from ``parent``'s key without drawing from ``parent``.
+
+    The key is BLAKE2b-256 (personalised) over the parent's ChaCha key set-up — fixed for the parent's life and part
+    of its state, so a parent restored from a checkpoint derives the same generators — and ``label``. Two labels give
+    independent ChaCha20 streams; knowing derived streams reveals nothing of the parent's key (BLAKE2b is
+    preimage-resistant). A secure parent gives a :class:`SecureGenerator`; a test-mode parent (keyed from a fixed
+    seed) gives a deterministic one, as unsafe as its parent (it warned when it was made). Used for stage A's bounding
+    draws per (query, partition, window) (streamdp.engine.stage_a)."""
+    state = parent.bit_generator.state
+    if state.get("bit_generator") != "randomgen.chacha.ChaCha":
+        raise TypeError(f"derived_generator needs a ChaCha parent, got {state.get('bit_generator')!r}")
+    keysetup = np.ascontiguousarray(state["state"]["keysetup"], dtype="<u4").tobytes()
+    h = hashlib.blake2b(digest_size=32, person=b"streamdp-derive")
+    h.update(b"%d|" % len(keysetup))
+    h.update(keysetup)
+    h.update(label)
+    key = int.from_bytes(h.digest(), "little")
+    cls = SecureGenerator if isinstance(parent, SecureGenerator) else np.random.Generator
+    return cls(ChaCha(key=key, rounds=20))

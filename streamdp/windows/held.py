@@ -161,6 +161,12 @@ class HeldEvents:
             return None
         return concat_batches([b for _, bs in sorted(parts.items()) for b in bs])
 
+    def partition_rows(self, t: int) -> list[tuple[int, int]]:
+        """(partition, number of events) of window ``t``'s held events, in partition order: the row ranges of
+        :meth:`peek`'s batch, one partition after the other."""
+        parts = self.windows.get(int(t)) or {}
+        return [(p, sum(len(b) for b in bs)) for p, bs in sorted(parts.items())]
+
     def drop(self, t: int) -> None:
         parts = self.windows.pop(int(t), {})
         for p, bs in parts.items():

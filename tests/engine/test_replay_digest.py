@@ -54,10 +54,11 @@ def rho(store, user) -> int:
 class Recording(MemoryBudgetStore):
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
-        self.digests, self.asked = [], []
+        self.digests, self.asked, self.batches = [], [], []
 
     def admit_ids(self, scope, seq, user_ids, costs, table, digest=None):
         self.digests.append((seq, digest))
+        self.batches.append((np.array(user_ids), np.array(costs)))
         self.asked.append((seq, dict(zip(table.names(user_ids), np.asarray(costs)[:, RHO].tolist()))))
         return super().admit_ids(scope, seq, user_ids, costs, table, digest=digest)
 
@@ -99,6 +100,8 @@ def test_a_replay_with_more_data_is_charged_for_it():
             {"user": "x", "ts": T0 + 65, "items": []}]  # … its partition's watermark then passes window 1
     out = crashed_run(c, store, extra=more)
     assert [s.seq for s in out] == [1] and out[0].events == 3
+    # one admit per input partition owning users of the window (stage A's cut): u's extra events came on
+    # partition 1, but u's lowest partition in the window, 0, owns all of u's data (stage_a.UserPartitions)
     (_, lost), (_, replay) = store.asked
     (_, d1), (_, d2) = store.digests
     assert d1 != d2

@@ -13,7 +13,7 @@ from test_replay_digest import T0, Recording, batch, config
 
 from streamdp.accounting.cost import budget_vector
 from streamdp.engine.engine import ReleaseEngine
-from streamdp.engine.replay_digest import GENESIS, window_digest
+from streamdp.engine.replay_digest import GENESIS, partition_digest, window_digest
 
 
 def digests(events_per_step, c=None):
@@ -41,8 +41,13 @@ def test_the_engine_chains_on_its_last_digest_and_the_snapshot_carries_it():
            {"user": "u", "ts": T0 + 121, "items": ["x"]}]
     got, eng, store = digests([evs])
     assert sorted(got) == [1, 2]
-    # the engine holds the digest of its last close (the next close chains on it) and its snapshot stores it
-    assert eng.history.hex() == got[2] and eng.state_tree()["history"]["digest"] == got[2]
+    # the engine holds the digest of its last close (the next close chains on it) and its snapshot stores it; the
+    # store gets the digest of the close's one partition, chained on it
+    assert eng.state_tree()["history"]["digest"] == eng.history.hex()
+    users, _ = store.batches[-1]
+    assert partition_digest(eng.history, 0, 0, 1, users).hex() == got[2]  # partition 0, its row range [0, 1)
+    assert partition_digest(GENESIS, 0, 0, 1, users).hex() != got[2]  # the chain enters it
+    assert partition_digest(eng.history, 1, 0, 1, users).hex() != got[2]  # and the partition
 
 
 def _two_windows(new_user: str, new_item: str, users_first: int, items_first: int):

@@ -342,3 +342,22 @@ def test_random_differential_names_and_ids(redis_url, seed):
     assert _users(red) == _users(mem)
     assert n_refused > 20 and n_replays > 5
     assert sum(h for _, _, h in _users(mem).values()) > 3
+
+
+def test_the_halted_id_cache_holds_the_refused_users_only(redis_url):
+    """An engine admits in one scope per input partition (engine/stage_a.py): a cache over every table id per
+    scope (8 bytes × interned users × partitions; 1 GB for 12 partitions of 10⁷ users) became a sparse one."""
+    red = RedisBudgetStore.from_url(redis_url, default_budget=[10] * N_COMPONENTS)
+    table = Names()
+    table.ids([f"user{i}" for i in range(50_000)])
+    for p in range(4):
+        uid = np.arange(p, 40, 4, dtype=np.int64)  # 10 users of the partition
+        costs = np.full((uid.size, N_COMPONENTS), 4, dtype=np.int64)
+        costs[:2] = 11  # two of them do not fit
+        assert red.admit_ids(f"s/p{p}", 1, uid, costs, table).tolist() == [False, False] + [True] * 8
+        assert red.admit_ids(f"s/p{p}", 2, uid, np.zeros_like(costs), table).tolist() == [False, False] + [True] * 8
+    sizes = [c.nbytes if isinstance(c, np.ndarray) else c.ids.nbytes + c.seqs.nbytes
+             for c in red._halted_ids.values()]
+    assert len(sizes) == 4 and max(sizes) <= 64
+    assert red._halted_ids["s/p1"][np.array([1, 5, 9, 2])].tolist() == [1, 1, np.iinfo(np.int64).max,
+                                                                          np.iinfo(np.int64).max]

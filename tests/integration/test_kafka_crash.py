@@ -115,11 +115,12 @@ def _assert_equals_base(bootstrap: str, base: Base, crash: dict, url: str) -> No
 
 
 def _digest_records(url: str) -> list[bytes]:
-    """The replay-digest records of the one deployment in the store at ``url``."""
+    """The replay-digest records of the one deployment in the store at ``url`` (one scope per input partition:
+    the deployment's admission scope and ``/p<partition>``, engine/stage_a.py)."""
     r = redis.Redis.from_url(url)
-    keys = r.keys("sdp:digests:*")
-    assert len(keys) == 1, keys
-    return r.zrange(keys[0], 0, -1)
+    keys = sorted(r.keys("sdp:digests:*"))
+    assert keys and len({k.rsplit(b"/p", 1)[0] for k in keys}) == 1, keys
+    return [k + b"|" + m for k in keys for m in r.zrange(k, 0, -1)]
 
 
 def test_sigkill_at_every_point_then_restart_equals_undisturbed_run(tansu, redis_server, base, topic_prefix,

@@ -15,7 +15,7 @@ The Kafka twin of :class:`streamdp.engine.pipeline.EmbeddedPipeline`, in two con
    ``<partition>/<offset>`` (an event whose record key is not its user too: ``key_mismatch``);
 2. feed each partition's events to the engine through the :class:`~streamdp.adapters.kafka.ordering.CanonicalStage`
    — each judged against its own partition's watermark, held per (window, partition) — and close the windows every
-   partition's watermark has passed (one atomic admit per window), at most ``CLOSE_STEP_WINDOWS`` per round;
+   partition's watermark has passed (one atomic admit per window and input partition), at most ``CLOSE_STEP_WINDOWS`` per round;
 3. if windows closed (or every N batches / T seconds): ONE atomic Redis checkpoint (state + offsets + release log +
    ledger + pending records, :mod:`~streamdp.adapters.kafka.checkpoint`); then publish each record to partition 0
    of ``<output_prefix><query id>`` keyed by ``query/epoch/window``; then acknowledge; then commit Kafka offsets (for

@@ -74,7 +74,7 @@ class WindowHistogram(WindowQuery):
             return Reservation.empty()
         keys = unique_sorted(pair_keys(users, items))  # ≤ 1 per (user, item): Δ∞ = 1
         u = keys >> _SHIFT
-        keep = delta0_subset(u, self.delta0, rng)  # ≤ Δ0 items per user
+        keep = delta0_subset(u, self.delta0, rng, keys & np.int64(0xFFFFFFFF))  # ≤ Δ0 items per user
         if keep is not None:
             keys, u = keys[keep], u[keep]
         starts = np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))  # sorted: where the user changes

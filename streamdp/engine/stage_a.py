@@ -1,0 +1,188 @@
+"""Stage A's share of a window close: bounding draws and admission per input partition (docs/DECISIONS.md,
+"Scale-out: stage A admits").
+
+A user's events are all on one input partition (record keys are the user). What a window close decides per user —
+the bounded contributions, the reservation, admission through the filter — is therefore decided per (window,
+partition): nothing of another partition enters it. This module holds the two pieces that make that true:
+
+* :class:`BoundingDraws` — what a query's ``prepare`` gets instead of the engine's noise generator. Random bounding
+  (``delta0_subset``) asks it for priorities of (user, item) pairs; each partition's pairs get theirs from a
+  generator of their own, derived from the engine generator's key and (query, partition, window)
+  (:func:`streamdp.noise.generator.derived_generator`), in an order a worker holding that partition alone can
+  reproduce: user id (restricted to one partition, the order of first appearance in that partition's stream), then
+  item NAME (item ids depend on other partitions). So a user's kept subset, and their reservation, depend on the
+  key and their own events only.
+* :func:`admit_partition` — one partition's users of one window admitted in their own batch, under the partition's
+  scope (:func:`partition_scope`) and replay digest, giving an :class:`AdmittedPart`: the message a stage-A worker
+  sends the coordinator (here: the admission outcome; the per-kind contributions of the DECISIONS table are the next
+  step). The coordinator's half is :mod:`streamdp.engine.coordinator`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+from streamdp.accounting.cost import N_COMPONENTS
+from streamdp.arrays import unique_sorted
+from streamdp.engine.query import Names
+from streamdp.filter.store import BudgetStore
+from streamdp.noise.generator import derived_generator
+
+
+def partition_scope(scope: str, partition: int) -> str:
+    """The budget-store scope of one input partition's admissions: the engine's scope and ``/p<partition>``.
+
+    One scope per partition because the store trusts, per (scope, seq), only the first replay digest it saw
+    (streamdp/filter/store.py, "Replay digests"): partitions admitting window ``seq`` in one scope would carry
+    different digests, and a replay of every partition but the first would lose the stale-replay answer (its users,
+    admitted at a later window since, charged again)."""
+    return f"{scope}/p{int(partition)}"
+
+
+def bounding_label(query_id: str, partition: int, seq: int) -> bytes:
+    """The label of the bounding generator of (query, partition, window): length-prefixed, so no two differ only
+    in where one part ends."""
+    q = query_id.encode("utf-8")
+    return b"streamdp-bounding|%d|%s|%d|%d" % (len(q), q, int(partition), int(seq))
+
+
+class UserPartitions:
+    """Which input partition owns each user of one window: ``owners[ids]`` → partition (−1: no events in the
+    window). Built from the window's rows, one partition after the other; costs O(window's users), not O(every
+    interned user)."""
+
+    def __init__(self, user_ids: np.ndarray, rows: list[tuple[int, int]], present: np.ndarray | None = None) -> None:
+        """``present``: ``unique_sorted(user_ids)`` when the caller has it (one partition: nothing else to sort)."""
+        user_ids = np.asarray(user_ids, dtype=np.int64)
+        if len(rows) <= 1:
+            self.users = unique_sorted(user_ids) if present is None else present
+            self.parts = np.full(self.users.size, rows[0][0] if rows else -1, dtype=np.int64)
+            return
+        # rows come one partition after the other, so a user's first row is in their lowest partition. A user with
+        # events on two partitions in one window: not from a user-keyed topic whose partition count stayed put
+        # (key_mismatch), but possible after the input topic was given more partitions, and in the embedded
+        # pipeline's tests. The lowest partition owns them (their whole bounding and admission); a worker holding
+        # only one of the partitions cannot decide for them (DECISIONS)
+        self.users, first = np.unique(user_ids, return_index=True)
+        ends = np.cumsum([n for _, n in rows])
+        self.parts = np.asarray([p for p, _ in rows], dtype=np.int64)[np.searchsorted(ends, first, side="right")]
+
+    def __getitem__(self, ids) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.users.size == 0:
+            return np.full(ids.shape, -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.users, ids), self.users.size - 1)
+        return np.where(self.users[pos] == ids, self.parts[pos], -1)
+
+
+class BoundingDraws:
+    """Per-partition bounding randomness for one window close (see the module doc). :meth:`for_query` gives the
+    view a query's ``prepare`` gets; it has no other sampler, so a query that draws anything else in ``prepare``
+    fails loudly instead of making its bounding depend on other partitions."""
+
+    def __init__(self, parent: np.random.Generator, seq: int, user_partition: "UserPartitions | np.ndarray",
+                 items: Names,
+                 query_id: str = "") -> None:
+        self._parent, self.seq, self._part, self._items = parent, int(seq), user_partition, items
+        self.query_id = query_id
+        self._generators: dict[int, np.random.Generator] = {}
+
+    def for_query(self, query_id: str) -> "BoundingDraws":
+        return BoundingDraws(self._parent, self.seq, self._part, self._items, query_id)
+
+    def _generator(self, partition: int) -> np.random.Generator:
+        g = self._generators.get(partition)
+        if g is None:
+            g = self._generators[partition] = derived_generator(
+                self._parent, bounding_label(self.query_id, partition, self.seq))
+        return g
+
+    def pair_priorities(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """A uniform [0, 1) priority per (user, item) pair (distinct pairs, sorted by user). Per partition p, its
+        pairs ordered by (user id, item name) take the next draws of p's generator."""
+        users = np.asarray(users, dtype=np.int64)
+        out = np.empty(users.size, dtype=np.float64)
+        if users.size == 0:
+            return out
+        part = self._part[users]
+        if (part < 0).any():
+            raise ValueError("bounding draws for a user without events in the window")
+        items = np.asarray(items, dtype=np.int64)
+        distinct = unique_sorted(items)
+        by_name = np.argsort(self._items.name_array(distinct), kind="stable")  # the distinct items, by name
+        rank_of = np.empty(distinct.size, dtype=np.int64)
+        rank_of[by_name] = np.arange(distinct.size)
+        name_rank = rank_of[np.searchsorted(distinct, items)]  # each pair's item's rank by name
+        order = np.lexsort((name_rank, users, part))  # by partition, user, item name
+        ps = part[order]
+        cuts = np.flatnonzero(np.diff(ps)) + 1
+        for grp in np.split(order, cuts):
+            out[grp] = self._generator(int(part[grp[0]])).random(grp.size)
+        return out
+
+
+@dataclass
+class AdmittedPart:
+    """One partition's admission of one window: what stage A tells the coordinator about its users.
+
+    ``users``: the partition's users with data or a reservation in the window (engine ids, sorted); ``costs``: their
+    reservations summed over the queries (fixed point, ``(n, N_COMPONENTS)``); ``admitted``: the store's answer. The
+    byte form (:meth:`to_bytes`) carries user NAMES (ids are local to a process)."""
+
+    VERSION = 1
+
+    seq: int
+    partition: int
+    scope: str
+    digest: str
+    users: np.ndarray
+    costs: np.ndarray
+    admitted: np.ndarray
+
+    def to_bytes(self, table: Names) -> bytes:
+        """``b"SDPA"``, version, then a JSON header (seq, partition, scope, digest, user names, the cost components
+        used) and the used cost columns (int64 little-endian) and the admitted bits (packed)."""
+        used = np.flatnonzero(self.costs.any(axis=0)) if self.costs.size else np.zeros(0, dtype=np.int64)
+        head = orjson.dumps({"seq": self.seq, "partition": self.partition, "scope": self.scope,
+                             "digest": self.digest, "users": table.names(self.users), "used": used.tolist()})
+        cols = np.ascontiguousarray(self.costs[:, used].T, dtype="<i8").tobytes()
+        bits = np.packbits(self.admitted.astype(np.uint8)).tobytes()
+        return b"SDPA" + struct.pack("<HI", self.VERSION, len(head)) + head + cols + bits
+
+    @classmethod
+    def from_bytes(cls, data: bytes, table: Names) -> "AdmittedPart":
+        if data[:4] != b"SDPA":
+            raise ValueError("not an admitted-part message")
+        version, n_head = struct.unpack_from("<HI", data, 4)
+        if version != cls.VERSION:
+            raise ValueError(f"admitted-part message version {version}, this build reads {cls.VERSION}")
+        at = 10 + n_head
+        head = orjson.loads(data[10:at])
+        n, used = len(head["users"]), head["used"]
+        costs = np.zeros((n, N_COMPONENTS), dtype=np.int64)
+        if used:
+            cols = np.frombuffer(data, dtype="<i8", count=n * len(used), offset=at).reshape(len(used), n)
+            costs[:, used] = cols.T
+        at += 8 * n * len(used)
+        admitted = np.unpackbits(np.frombuffer(data, dtype=np.uint8, offset=at), count=n).astype(bool)
+        return cls(seq=head["seq"], partition=head["partition"], scope=head["scope"], digest=head["digest"],
+                   users=table.ids(head["users"]), costs=costs, admitted=admitted)
+
+
+def admit_partition(store: BudgetStore, scope: str, seq: int, partition: int, users: np.ndarray,
+                    costs: np.ndarray, table: Names, digest: str) -> AdmittedPart:
+    """Admit one partition's users of window ``seq`` in one atomic batch ``(partition_scope(scope, partition),
+    seq)`` with the partition's replay digest (per-user exactly once: a repeat of this call, or of any cut of it,
+    charges nothing — streamdp/filter/store.py)."""
+    sc = partition_scope(scope, partition)
+    admit_ids = getattr(store, "admit_ids", None)
+    if admit_ids is not None:  # the store sees the engine's ids and name table (BudgetStore.admit_ids)
+        mask = admit_ids(sc, seq, users, costs, table, digest=digest)
+    else:
+        mask = store.admit(sc, seq, table.names(users), costs, digest=digest)
+    return AdmittedPart(seq=int(seq), partition=int(partition), scope=sc, digest=digest, users=users, costs=costs,
+                        admitted=np.asarray(mask, dtype=bool))
