@@ -20,6 +20,12 @@ def merge_admissions(all_users: np.ndarray, parts: list[AdmittedPart]) -> np.nda
     """The admitted mask over ``all_users`` (sorted ids: every user of the window) from the partitions' parts.
     Every user must be in exactly one part."""
     mask = np.zeros(all_users.size, dtype=bool)
+    covered = [p.users for p in parts if p.users.size]
+    if covered:
+        every = np.sort(np.concatenate(covered))
+        if every.size > 1 and (every[1:] == every[:-1]).any():
+            # a user answered by two parts: the later answer would win and could turn a refusal into an admission
+            raise ValueError("the partitions' admissions name a user twice")
     seen = 0
     for part in sorted(parts, key=lambda p: p.partition):
         if part.users.size == 0:
