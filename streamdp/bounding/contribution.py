@@ -36,10 +36,10 @@ def delta0_subset(users: np.ndarray, delta0: int, rng, items: np.ndarray | None 
     pair, sorted by user; a user with more than Δ0 pairs keeps a uniform random subset of Δ0 (random priority, the
     Δ0 smallest kept). Returns the keep mask, or None when no user is over Δ0 (then nothing is drawn).
 
-    ``rng``: a numpy generator (one draw per pair, in key order), or the engine's per-partition bounding draws
+    ``rng``: a numpy generator (one draw per pair, in key order), or the engine's bounding priorities
     (:class:`streamdp.engine.stage_a.BoundingDraws`, which has ``pair_priorities``): then only the pairs of users over
-    Δ0 get a priority, drawn per input partition so that a user's subset depends on their own pairs alone;
-    ``items`` (the pairs' item ids) is required with it."""
+    Δ0 are ranked, by keyed hashes of (query, window, user name, item name), so that a user's subset depends on their
+    own pairs alone; ``items`` (the pairs' item ids) is required with it."""
     if users.size == 0:
         return None
     starts = np.flatnonzero(np.concatenate(([True], users[1:] != users[:-1])))
@@ -55,7 +55,7 @@ def delta0_subset(users: np.ndarray, delta0: int, rng, items: np.ndarray | None 
     pair_priorities = getattr(rng, "pair_priorities", None)
     if pair_priorities is not None:
         if items is None:
-            raise ValueError("delta0_subset: per-partition bounding draws need the pairs' items")
+            raise ValueError("delta0_subset: keyed bounding priorities need the pairs' items")
         prio_sub = pair_priorities(users[sub], np.asarray(items, dtype=np.int64)[sub])
     else:
         prio_sub = rng.random(users.size)[sub]  # one draw per pair, in key order

@@ -16,8 +16,9 @@ snapshot — the Kafka worker restores its checkpoint — so a failed window is 
    digest of the stream the service names in ``EngineConfig.scope`` and of the engine's queries and their
    parameters); seq = global window number; idempotent on a retry that repeats the close exactly, which the store
    checks by the partition's replay digest, chained on the close's (:mod:`streamdp.engine.replay_digest`). The
-   bounding in step 1 draws per (query, partition, window) (:class:`stage_a.BoundingDraws`), never from the noise
-   generator. Users that do not fit are halted for good and their data is dropped;
+   bounding in step 1 ranks a user's pairs by keyed hashes of (query, window, user, item) under a key derived one-way
+   from the noise generator's (:class:`stage_a.BoundingDraws`), never drawing from the noise generator.
+   Users that do not fit are halted for good and their data is dropped;
 3. every query releases from admitted users' data only (this advances the query state: tree nodes, counters);
 4. records are written to the store's release log under their idempotency key (query, epoch, window) — if the
    log already holds a *different* record for the key, the engine refuses to go on (:class:`ReleaseConflict`):
@@ -49,7 +50,7 @@ from streamdp.engine.replay_digest import GENESIS, generator_fingerprint, partit
 from streamdp.engine.stage_a import BoundingDraws, UserPartitions, admit_partition
 from streamdp.filter.store import BudgetStore, StoreError
 from streamdp.input.events import EventBatch
-from streamdp.noise.generator import make_generator
+from streamdp.noise.generator import bounding_key, make_generator
 from streamdp.outputs.records import ReleaseRecord, release_key
 from streamdp.windows.held import HeldEvents
 from streamdp.windows.held import take_rows as take_events
@@ -421,12 +422,12 @@ class ReleaseEngine:
             bind = getattr(q, "bind_names", None)
             if bind is not None:
                 bind(self.items)
-        # bounding draws per (query, partition, window), not from the noise generator (stage_a.BoundingDraws)
+        # bounding priorities keyed by Kb = bounding_key(noise generator), one-way (stage_a.BoundingDraws)
         rows = self.held.partition_rows(seq)  # (partition, events) in partition order: w's row ranges
         ends = np.cumsum([n for _, n in rows], dtype=np.int64)
         present = unique_sorted(w.user_ids)
         user_partition = UserPartitions(w.user_ids, rows, present)
-        draws = BoundingDraws(self.rng, seq, user_partition, self.items)
+        draws = BoundingDraws(bounding_key(self.rng), seq, self.users, self.items)
         reservations = [q.prepare(w, draws.for_query(q.id)) for q in self.queries]
         # 2. admission per (window, partition), as stage A does it: each partition's users in their own batch
         all_users = unique_sorted(np.concatenate([present] + [r.users for r in reservations]))

@@ -6,7 +6,7 @@ At every window close the engine hands each query the window's (interned, valida
    (worst-case) cost it would charge them. The cost depends only on public configuration, earlier releases and
    the user's own bounded data — never on this release's noise (docs/contract.md §3).
 2. The engine sums the costs over all queries per user and admits users through the filter in one atomic batch per
-   input partition (a user's events are all on one partition; ``prepare`` gets per-partition bounding draws,
+   input partition (a user's events are all on one partition; ``prepare`` gets keyed per-pair bounding priorities,
    :class:`streamdp.engine.stage_a.BoundingDraws`, so a user's reservation depends on their own data alone);
    users that do not fit are halted and disappear from every query's input.
 3. :meth:`WindowQuery.release` — computes the release from admitted users' data only, and returns the *actual*

@@ -1,4 +1,4 @@
-"""Stage A's share of a window close: bounding draws and admission per input partition (docs/DECISIONS.md,
+"""Stage A's share of a window close: bounding priorities and admission per input partition (docs/DECISIONS.md,
 "Scale-out: stage A admits").
 
 A user's events are all on one input partition (record keys are the user). What a window close decides per user —
@@ -6,12 +6,12 @@ the bounded contributions, the reservation, admission through the filter — is 
 partition): nothing of another partition enters it. This module holds the two pieces that make that true:
 
 * :class:`BoundingDraws` — what a query's ``prepare`` gets instead of the engine's noise generator. Random bounding
-  (``delta0_subset``) asks it for priorities of (user, item) pairs; each partition's pairs get theirs from a
-  generator of their own, derived from the engine generator's key and (query, partition, window)
-  (:func:`streamdp.noise.generator.derived_generator`), in an order a worker holding that partition alone can
-  reproduce: user id (restricted to one partition, the order of first appearance in that partition's stream), then
-  item NAME (item ids depend on other partitions). So a user's kept subset, and their reservation, depend on the
-  key and their own events only.
+  (``delta0_subset``) asks it for the order of the (user, item) pairs of users over Δ0: each pair's priority is a
+  keyed hash of (query id, window, user NAME, item NAME) under the bounding root key Kb
+  (:func:`streamdp.noise.generator.bounding_key`, one-way from the engine generator's key; :func:`pair_priority`).
+  So a user's kept subset, and their reservation, are a function of (Kb, query, window, the user's own events):
+  independent of the partition, of other users, of interned ids and of which worker bounds them. BoundingDraws
+  holds Kb, never the noise generator.
 * :func:`admit_partition` — one partition's users of one window admitted in their own batch, under the partition's
   scope (:func:`partition_scope`) and replay digest, giving an :class:`AdmittedPart`: the message a stage-A worker
   sends the coordinator (here: the admission outcome; the per-kind contributions of the DECISIONS table are the next
@@ -20,6 +20,7 @@ partition): nothing of another partition enters it. This module holds the two pi
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass
 
@@ -30,7 +31,6 @@ from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.arrays import unique_sorted
 from streamdp.engine.query import Names
 from streamdp.filter.store import BudgetStore
-from streamdp.noise.generator import derived_generator
 
 
 def partition_scope(scope: str, partition: int) -> str:
@@ -43,11 +43,33 @@ def partition_scope(scope: str, partition: int) -> str:
     return f"{scope}/p{int(partition)}"
 
 
-def bounding_label(query_id: str, partition: int, seq: int) -> bytes:
-    """The label of the bounding generator of (query, partition, window): length-prefixed, so no two differ only
-    in where one part ends."""
-    q = query_id.encode("utf-8")
-    return b"streamdp-bounding|%d|%s|%d|%d" % (len(q), q, int(partition), int(seq))
+PRIORITY_PERSON = b"streamdp-prio"
+
+
+def _lp(b: bytes) -> bytes:
+    """``b`` preceded by its length (4 bytes little-endian): no two messages differ only in where a part ends."""
+    return len(b).to_bytes(4, "little") + b
+
+
+def _priority_prefix(key: bytes, query_id: str, seq: int):
+    h = hashlib.blake2b(key=key, digest_size=8, person=PRIORITY_PERSON)
+    h.update(_lp(query_id.encode("utf-8")) + _lp(int(seq).to_bytes(8, "little", signed=True)))
+    return h
+
+
+def _to_unit(digest: bytes) -> float:
+    return (int.from_bytes(digest, "big") >> 11) / 2.0 ** 53
+
+
+def pair_priority(key: bytes, query_id: str, seq: int, user: str, item: str) -> float:
+    """The bounding priority of one (user, item) pair in [0, 1): keyed BLAKE2b (key = Kb, 8-byte digest,
+    personalisation ``b"streamdp-prio"``) over the length-prefixed parts query id (UTF-8), window seq (8 bytes
+    little-endian, signed), user name (UTF-8), item name (UTF-8) — each as 4-byte little-endian length then bytes —
+    and the digest's top 53 bits (big-endian) / 2⁵³. Under a secret Kb (a PRF) the priorities of distinct pairs are
+    i.i.d. uniform, so keeping a user's Δ0 smallest keeps a uniform random Δ0-subset of their items."""
+    h = _priority_prefix(key, query_id, seq)
+    h.update(_lp(user.encode("utf-8")) + _lp(item.encode("utf-8")))
+    return _to_unit(h.digest())
 
 
 class UserPartitions:
@@ -80,48 +102,46 @@ class UserPartitions:
 
 
 class BoundingDraws:
-    """Per-partition bounding randomness for one window close (see the module doc). :meth:`for_query` gives the
-    view a query's ``prepare`` gets; it has no other sampler, so a query that draws anything else in ``prepare``
-    fails loudly instead of making its bounding depend on other partitions."""
+    """Bounding randomness for one window close (see the module doc): Kb (bytes), the window seq and the name
+    tables, nothing else — not the noise generator, not the partitions. :meth:`for_query` gives the view a query's
+    ``prepare`` gets; it has no other sampler, so a query that draws anything else in ``prepare`` fails loudly
+    instead of making its bounding depend on something other than the user's own events."""
 
-    def __init__(self, parent: np.random.Generator, seq: int, user_partition: "UserPartitions | np.ndarray",
-                 items: Names,
-                 query_id: str = "") -> None:
-        self._parent, self.seq, self._part, self._items = parent, int(seq), user_partition, items
+    def __init__(self, key: bytes, seq: int, users: Names, items: Names, query_id: str = "") -> None:
+        if not isinstance(key, bytes) or len(key) != 32:
+            raise TypeError("BoundingDraws needs the 32-byte bounding key (streamdp.noise.generator.bounding_key)")
+        self.key, self.seq, self._users, self._items = key, int(seq), users, items
         self.query_id = query_id
-        self._generators: dict[int, np.random.Generator] = {}
 
     def for_query(self, query_id: str) -> "BoundingDraws":
-        return BoundingDraws(self._parent, self.seq, self._part, self._items, query_id)
-
-    def _generator(self, partition: int) -> np.random.Generator:
-        g = self._generators.get(partition)
-        if g is None:
-            g = self._generators[partition] = derived_generator(
-                self._parent, bounding_label(self.query_id, partition, self.seq))
-        return g
+        return BoundingDraws(self.key, self.seq, self._users, self._items, query_id)
 
     def pair_priorities(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
-        """A uniform [0, 1) priority per (user, item) pair (distinct pairs, sorted by user). Per partition p, its
-        pairs ordered by (user id, item name) take the next draws of p's generator."""
+        """Order keys of (user, item) pairs (distinct pairs, sorted by user): within each user, ascending keys follow
+        ascending (:func:`pair_priority`, item name) — the name breaks ties, which have probability ~ n²/2⁵⁴. Hashes
+        one pair at a time, so it is meant for the pairs of users over Δ0 only (``delta0_subset`` passes just those)."""
         users = np.asarray(users, dtype=np.int64)
         out = np.empty(users.size, dtype=np.float64)
         if users.size == 0:
             return out
-        part = self._part[users]
-        if (part < 0).any():
-            raise ValueError("bounding draws for a user without events in the window")
         items = np.asarray(items, dtype=np.int64)
-        distinct = unique_sorted(items)
-        by_name = np.argsort(self._items.name_array(distinct), kind="stable")  # the distinct items, by name
-        rank_of = np.empty(distinct.size, dtype=np.int64)
-        rank_of[by_name] = np.arange(distinct.size)
-        name_rank = rank_of[np.searchsorted(distinct, items)]  # each pair's item's rank by name
-        order = np.lexsort((name_rank, users, part))  # by partition, user, item name
-        ps = part[order]
-        cuts = np.flatnonzero(np.diff(ps)) + 1
-        for grp in np.split(order, cuts):
-            out[grp] = self._generator(int(part[grp[0]])).random(grp.size)
+        item_names = self._items.name_array(items)
+        base = _priority_prefix(self.key, self.query_id, self.seq)
+        prio = np.empty(users.size, dtype=np.float64)
+        if (np.diff(users) < 0).any():
+            raise ValueError("pair_priorities: pairs must be sorted by user")
+        distinct, first = np.unique(users, return_index=True)
+        ends = np.append(first[1:], users.size)
+        for name, lo, hi in zip(self._users.names(distinct), first.tolist(), ends.tolist()):
+            hu = base.copy()
+            hu.update(_lp(name.encode("utf-8")))
+            for j in range(lo, hi):
+                h = hu.copy()
+                h.update(_lp(item_names[j].encode("utf-8")))
+                prio[j] = _to_unit(h.digest())
+        name_rank = np.empty(users.size, dtype=np.int64)
+        name_rank[np.argsort(item_names, kind="stable")] = np.arange(users.size)
+        out[np.lexsort((name_rank, prio, users))] = np.arange(users.size, dtype=np.float64)
         return out
 
 

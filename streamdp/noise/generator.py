@@ -19,7 +19,7 @@ import numpy as np
 from randomgen import ChaCha
 
 __all__ = ["secure_generator", "unsafe_seeded_generator", "UnsafeSeedWarning", "make_generator",
-           "synthetic_data_generator", "SecureGenerator", "checked_generator", "derived_generator"]
+           "synthetic_data_generator", "SecureGenerator", "checked_generator", "bounding_key"]
 
 
 class UnsafeSeedWarning(UserWarning):
@@ -80,23 +80,18 @@ def synthetic_data_generator(seed: int) -> np.random.Generator:
     return np.random.Generator(ChaCha(seed=int(seed), rounds=8))
 
 
-def derived_generator(parent: np.random.Generator, label: bytes) -> np.random.Generator:
-    """A generator of its own for ``label``, keyed from ``parent``'s key without drawing from ``parent``.
+def bounding_key(parent: np.random.Generator) -> bytes:
+    """The bounding root key Kb of ``parent``: BLAKE2b-256 with personalisation ``b"streamdp-bound"`` over the
+    parent's ChaCha key set-up (its 8 key words as 32 little-endian bytes), nothing else.
 
-    The key is BLAKE2b-256 (personalised) over the parent's ChaCha key set-up — fixed for the parent's life and part
-    of its state, so a parent restored from a checkpoint derives the same generators — and ``label``. Two labels give
-    independent ChaCha20 streams; knowing derived streams reveals nothing of the parent's key (BLAKE2b is
-    preimage-resistant). A secure parent gives a :class:`SecureGenerator`; a test-mode parent (keyed from a fixed
-    seed) gives a deterministic one, as unsafe as its parent (it warned when it was made). Used for stage A's bounding
-    draws per (query, partition, window) (streamdp.engine.stage_a)."""
+    One-way: Kb reveals nothing of the parent's key, hence of the release noise drawn from it (BLAKE2b is
+    preimage-resistant), so a process that bounds (stage A) holds Kb only. The key set-up is fixed for the parent's
+    life and part of its checkpointed state, so a restored parent gives the same Kb. A parent keyed from the OS
+    (``secure_generator``) gives a secret Kb; a test-mode parent (fixed seed) a deterministic one. Used for the
+    bounding priorities of :class:`streamdp.engine.stage_a.BoundingDraws` (docs/DECISIONS.md, "Bounding
+    randomness")."""
     state = parent.bit_generator.state
     if state.get("bit_generator") != "randomgen.chacha.ChaCha":
-        raise TypeError(f"derived_generator needs a ChaCha parent, got {state.get('bit_generator')!r}")
+        raise TypeError(f"bounding_key needs a ChaCha parent, got {state.get('bit_generator')!r}")
     keysetup = np.ascontiguousarray(state["state"]["keysetup"], dtype="<u4").tobytes()
-    h = hashlib.blake2b(digest_size=32, person=b"streamdp-derive")
-    h.update(b"%d|" % len(keysetup))
-    h.update(keysetup)
-    h.update(label)
-    key = int.from_bytes(h.digest(), "little")
-    cls = SecureGenerator if isinstance(parent, SecureGenerator) else np.random.Generator
-    return cls(ChaCha(key=key, rounds=20))
+    return hashlib.blake2b(keysetup, digest_size=32, person=b"streamdp-bound").digest()
