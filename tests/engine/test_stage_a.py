@@ -32,7 +32,8 @@ from streamdp.input.events import parse_batch
 
 P = 3
 
-CFG3 = """
+# the service and budget tables of this file's own configurations (a zCDP budget of %(rho)s)
+SERVICE = """
 [service]
 window_seconds = 10.0
 horizon = 4
@@ -43,7 +44,9 @@ max_future_seconds = 1e12
 [budget]
 zcdp_rho = %(rho)s
 zcdp_delta = 1e-4
+"""
 
+CFG3 = SERVICE + """
 [[query]]
 id = "sums"
 kind = "continual_sums"
@@ -59,18 +62,7 @@ value_sigma = 700.0
 
 # the kinds whose prepare reads no state that other users' releases advance: every window's admission of a
 # partition is its own business
-CFG_BOUNDING = """
-[service]
-window_seconds = 10.0
-horizon = 4
-origin = 0.0
-allowed_lateness = 3.0
-unsafe_test_seed = 7
-max_future_seconds = 1e12
-[budget]
-zcdp_rho = %(rho)s
-zcdp_delta = 1e-4
-
+CFG_BOUNDING = SERVICE + """
 [[query]]
 id = "cc"
 kind = "continual_counts"
