@@ -59,7 +59,7 @@ id = "topk"
 kind = "top_k"
 epsilon = 3.0
 delta = 1e-6
-k = 2
+k = 3
 kbar = 4
 k_star = 9
 """
@@ -113,8 +113,11 @@ def stream(seed, n_events=700, n_users=40, n_items=12, span=110.0):
     for _ in range(n_events):
         t += rng.exponential(span / n_events)
         u = int(rng.integers(n_users))
-        d = {"user": f"u{u}", "ts": round(max(0.0, t - rng.uniform(0, 8)), 3),
-             "items": [f"i{j}" for j in rng.choice(n_items, rng.integers(0, 5), replace=False, p=pop)]}
+        ts = round(max(0.0, t - rng.uniform(0, 8)), 3)
+        items = [f"i{j}" for j in rng.choice(n_items, rng.integers(0, 5), replace=False, p=pop)]
+        if rng.random() < 0.3:  # items new in their window, first seen in a different order on each partition
+            items.append(f"n{int(ts // 10)}-{int(rng.integers(6))}")
+        d = {"user": f"u{u}", "ts": ts, "items": list(dict.fromkeys(items))}
         parts[u % P].append(orjson.dumps(d))
     return parts
 
