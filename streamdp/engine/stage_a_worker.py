@@ -261,9 +261,17 @@ class StageA:
 
     # ---- the window close of one partition -------------------------------------------------------------------
     def _advance(self, st: PartitionState) -> None:
-        """Send every part and marker of ``st`` that is due (module doc, step 2)."""
+        """Apply the outcomes ``st`` can apply and send every part and marker of ``st`` that is due (module doc,
+        steps 2 and 3)."""
         wm_through = st.watermark_through()
         while True:
+            # outcome(t) is applied once the partition has done window t itself: after a restore the outcomes of
+            # windows it is about to redo are known already, and applying one early would prepare those windows
+            # against a later PWYG counter and lose their settle (the replayed part would differ from the first)
+            o = self._outcomes.get(st.applied + 1)
+            if o is not None and st.through >= o.seq:
+                self._apply(st, o)
+                continue
             n = st.through + 1
             held = [t for t in st.held.windows if t >= n]
             nxt = min(held) if held else None
@@ -362,15 +370,13 @@ class StageA:
     # ---- outcomes --------------------------------------------------------------------------------------------
     def on_outcome(self, data: bytes) -> None:
         """Window t's outcome from the coordinator: every owned partition applies the outcomes it has not applied,
-        in order (a gap waits for the missing one), then sends what became due. Repeats are ignored."""
+        in order (a gap waits for the missing one) and each only once it has done that window itself, and sends
+        what became due. Repeats are ignored."""
         o = WindowOutcome.from_bytes(data)
         if not self.parts or o.seq > min(st.applied for st in self.parts.values()):
             self._outcomes.setdefault(o.seq, o)
         for p in self.partitions:
-            st = self.parts[p]
-            while st.applied + 1 in self._outcomes:
-                self._apply(st, self._outcomes[st.applied + 1])
-            self._advance(st)
+            self._advance(self.parts[p])
         if self.parts:
             low = min(st.applied for st in self.parts.values())
             for t in [t for t in self._outcomes if t <= low]:

@@ -130,6 +130,15 @@ def ledger_of(store):
     return [{k: v for k, v in e.items() if k != "ts"} for e in store.ledger()]
 
 
+def once(ledger):
+    """The ledger with repeats dropped: a restarted coordinator appends the entries of the windows it closes again
+    (as a restarted engine does); a repeat must equal the first entry."""
+    first = {}
+    for e in ledger:
+        assert first.setdefault(e["key"], e) == e
+    return list(first.values())
+
+
 def reference(name, parts, rho=None):
     """One ReleaseEngine: every partition, batches of 9 round robin, windows closed after each batch, then the end
     of input. (records, dead letters, ledger, spend)."""
@@ -158,18 +167,26 @@ class Bus:
     partition (its parts and markers in order, whoever owns it); outcome topic: one log, a read position per
     stage. Snapshots record the input offsets (stage A) and the internal-topic positions (coordinator)."""
 
-    def __init__(self, name, parts, owners, seed, rho=None, store=None, crash=0.0, rebalance=False, max_batch=12):
+    def __init__(self, name, parts, owners, seed, rho=None, stores=None, crash=0.0, rebalance=False, max_batch=12,
+                 early_flush=False):
+        """``stores``: a function giving each stage and the coordinator its own client of one store (as separate
+        processes have); default one in-memory store shared by all."""
         cfg = config(name, rho)
         self.cfg, self.parts, self.owners = cfg, parts, [list(o) for o in owners]
-        self.store = store if store is not None else MemoryBudgetStore(budget_vector(cfg.budget))
+        if stores is None:
+            shared = MemoryBudgetStore(budget_vector(cfg.budget))
+            stores = lambda: shared  # noqa: E731
+        self.new_store = stores
+        self.store = stores()
+        self.early_flush = early_flush
         self.g = np.random.default_rng(seed)
         self.crash, self.rebalance, self.max_batch = crash, rebalance, max_batch
         self.stages = []
         for o in self.owners:
-            s = StageA(cfg.engine_config(), cfg.build_queries(), self.store)
+            s = StageA(cfg.engine_config(), cfg.build_queries(), self.new_store())
             s.assign(o)
             self.stages.append(s)
-        self.coord = Coordinator(cfg.engine_config(), cfg.build_queries(), self.store)
+        self.coord = Coordinator(cfg.engine_config(), cfg.build_queries(), self.new_store())
         self.coord.register_partitions(range(P))
         self.pos = [0] * P  # input offsets
         self.topic = [[] for _ in range(P)]  # internal topic, one FIFO per input partition
@@ -193,7 +210,7 @@ class Bus:
 
     def _restore_stage(self, i):
         blob, offsets = self.snaps[i]
-        s = StageA(self.cfg.engine_config(), self.cfg.build_queries(), self.store)
+        s = StageA(self.cfg.engine_config(), self.cfg.build_queries(), self.new_store())
         s.restore(blob)
         assert s.partitions == sorted(self.owners[i])
         self.stages[i] = s
@@ -204,7 +221,7 @@ class Bus:
 
     def _restore_coord(self):
         blob, read = self.csnap
-        c = Coordinator(self.cfg.engine_config(), self.cfg.build_queries(), self.store)
+        c = Coordinator(self.cfg.engine_config(), self.cfg.build_queries(), self.new_store())
         c.restore(blob)
         self.coord, self.read = c, list(read)
         self.crashes += 1
@@ -245,6 +262,10 @@ class Bus:
         self.opos[i] += 1
         self._publish(i)
 
+    def flush(self, i):
+        self.stages[i].flush()
+        self._publish(i)
+
     def move(self):
         """A rebalance: one partition's state goes from one stage to another (snapshots of both right after)."""
         i = max(range(len(self.owners)), key=lambda k: len(self.owners[k]))
@@ -269,6 +290,10 @@ class Bus:
             acts = [("in", p) for p in range(P) if self.pos[p] < len(self.parts[p])]
             acts += [("c", p) for p in range(P) if self.read[p] < len(self.topic[p])]
             acts += [("s", i) for i in range(len(self.stages)) if self.opos[i] < len(self.outcomes)]
+            if self.early_flush:  # a stage whose partitions are read to the end may end its input before the others
+                acts += [("f", i) for i, s in enumerate(self.stages)
+                         if all(self.pos[p] == len(self.parts[p]) for p in self.owners[i])
+                         and not all(st.flushing for st in s.parts.values())]
             if not acts:
                 idle = [i for i, s in enumerate(self.stages)
                         if not all(st.flushing for st in s.parts.values())]
@@ -279,7 +304,7 @@ class Bus:
                     self._publish(i)
                 continue
             kind, k = acts[int(self.g.integers(len(acts)))]
-            {"in": self.ingest, "c": self.to_coord, "s": self.to_stage}[kind](k)
+            {"in": self.ingest, "c": self.to_coord, "s": self.to_stage, "f": self.flush}[kind](k)
             r = self.g.random()
             if self.rebalance and not self.moved and steps > 40 and r < 0.05:
                 self.move()
@@ -335,11 +360,58 @@ def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     crashes = 0
     for seed in range(3):
         bus = Bus(name, parts, OWNERS[3 if seed != 1 else 2], seed=100 + seed, crash=0.03, rebalance=True).run()
-        records, dead, _, spend = bus.result()
+        records, dead, ledger, spend = bus.result()
         crashes += bus.crashes
         assert bus.moved
         assert records == ref[0] and spend == ref[3] and dead == ref[1], (name, seed)
+        assert once(ledger) == ref[2], (name, seed)
     assert crashes >= 5
+
+
+@pytest.mark.parametrize("name", ["mixed", "top_k"])
+def test_stages_ending_their_input_at_different_times_close_alike(name):
+    """A stage whose partitions are read to the end flushes (final markers) while the others still ingest: the
+    windows past its watermark close as the engine's flush closes them (closed_by end_of_input), no earlier."""
+    parts = stream(3)
+    ref = reference(name, parts)
+    assert any(orjson.loads(r)["closed_by"] == "end_of_input" for r in ref[0])
+    for seed in range(3):
+        got = Bus(name, parts, OWNERS[3], seed=200 + seed, early_flush=True, crash=0.02 * seed).run().result()
+        assert got[0] == ref[0] and got[1] == ref[1] and got[3] == ref[3], (name, seed)
+
+
+def test_in_production_each_partition_draws_its_own_bounding_key_and_keeps_it():
+    """Without ``unsafe_test_seed`` Kb is 32 OS-random bytes per partition state, not derived from any noise key;
+    it travels with the partition's state (a snapshot, a rebalance), so a replay draws the same subsets."""
+    cfg = config("mixed")
+    conf = cfg.engine_config()
+    conf.unsafe_test_seed = None
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    a, b = (StageA(conf, cfg.build_queries(), store) for _ in range(2))
+    a.assign([0, 1])
+    kb0, kb1 = a.parts[0].kb, a.parts[1].kb
+    assert len(kb0) == 32 and kb0 != kb1
+    b.adopt(a.release(1))
+    assert b.parts[1].kb == kb1
+    c = StageA(conf, cfg.build_queries(), store)
+    c.restore(a.snapshot())
+    assert c.parts[0].kb == kb0 and c.partitions == [0]
+
+
+@pytest.mark.integration
+def test_on_a_redis_cluster_the_stages_equal_one_engine_on_the_memory_store(redis_cluster_url):
+    """Each stage and the coordinator with its own client of a 3-primary Redis Cluster (as separate processes),
+    with a crash and a rebalance, against one engine on the in-memory store."""
+    from streamdp.filter.redis_store import RedisBudgetStore
+
+    parts = stream(4)
+    ref = reference("mixed", parts)
+    budget = budget_vector(config("mixed").budget)
+    bus = Bus("mixed", parts, OWNERS[3], seed=300, crash=0.02, rebalance=True,
+              stores=lambda: RedisBudgetStore.from_url(redis_cluster_url, default_budget=budget)).run()
+    records, dead, ledger, spend = bus.result()
+    assert bus.moved and records == ref[0] and dead == ref[1] and spend == ref[3]
+    assert once(ledger) == ref[2]
 
 
 def test_a_different_part_for_a_window_is_refused_and_an_equal_one_dropped():
