@@ -36,7 +36,7 @@ from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
 from streamdp.engine.count_halves import check_staged, outcome_info
-from streamdp.engine.engine import EngineConfig, ReleaseConflict, WindowSummary, admission_scope
+from streamdp.engine.engine import EngineConfig, EngineFailed, ReleaseConflict, WindowSummary, admission_scope
 from streamdp.engine.query import Names, WindowData, WindowQuery
 from streamdp.engine.release_parameters import canonical, check_unchanged, release_parameters
 from streamdp.engine.staged_messages import PART, PartContribution, PartitionMarker, WindowOutcome
@@ -81,6 +81,7 @@ class Coordinator:
         self.outcomes: dict[int, bytes] = {}  # closed window → its outcome
         self._out: list[bytes] = []
         self._logged_here: set[str] = set()
+        self._failed: str | None = None  # why a close failed part-way (EngineFailed until a restore)
 
     # ---- input -----------------------------------------------------------------------------------------------
     def register_partitions(self, partitions) -> None:
@@ -90,6 +91,8 @@ class Coordinator:
 
     def receive(self, data: bytes) -> list[WindowSummary]:
         """One message from a stage A (a part or a marker); closes the windows that became due."""
+        if self._failed is not None:
+            raise EngineFailed(f"a window close failed ({self._failed}) and the coordinator was not restored since")
         if bytes(data[:4]) == PART:
             self._take_part(data)
             return []
@@ -143,9 +146,19 @@ class Coordinator:
         return max(self.last_closed, self._watermark_through(), top)
 
     def close_due(self) -> list[WindowSummary]:
+        """Close every window that can close, in order. A failure part-way (the store unreachable at the release
+        log or the ledger) leaves the close half done: every later call is refused (:class:`EngineFailed`) until
+        :meth:`restore` (the caller restores its checkpoint and re-reads the internal topic from its offsets; in
+        test mode the repeated close draws the same noise and finds its records logged)."""
+        if self._failed is not None:
+            raise EngineFailed(f"a window close failed ({self._failed}) and the coordinator was not restored since")
         out = []
-        while self.last_closed < self.close_target():
-            out.append(self.close_window(self.last_closed + 1))
+        try:
+            while self.last_closed < self.close_target():
+                out.append(self.close_window(self.last_closed + 1))
+        except BaseException as e:
+            self._failed = f"{type(e).__name__}: {e}"
+            raise
         return out
 
     def _refuse_released(self, keys: list[str]) -> None:
@@ -240,6 +253,8 @@ class Coordinator:
     def snapshot(self, include_rng: bool = False) -> bytes:
         """The whole state as bytes. The noise generator's state only in test mode (or ``include_rng``, for an
         in-memory retry: never to be persisted), as :meth:`ReleaseEngine.state_tree`."""
+        if self._failed is not None:
+            raise EngineFailed(f"a window close failed ({self._failed}): the state is mid-close, not a checkpoint")
         return state_codec.encode({
             "version": STATE_VERSION,
             "parameters": canonical(self.parameters),
@@ -272,3 +287,4 @@ class Coordinator:
             self.rng.bit_generator.state = d["rng"]
         self._out = []
         self._logged_here = set()
+        self._failed = None

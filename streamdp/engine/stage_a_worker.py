@@ -46,7 +46,7 @@ from streamdp.arrays import unique_sorted
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
 from streamdp.engine.count_halves import check_staged, stage_a_half
-from streamdp.engine.engine import EngineConfig, EngineCounters, _add_rows, admission_scope
+from streamdp.engine.engine import EngineConfig, EngineCounters, EngineFailed, _add_rows, admission_scope
 from streamdp.engine.query import Names, WindowData, WindowQuery
 from streamdp.engine.release_parameters import canonical, check_unchanged, release_parameters
 from streamdp.engine.replay_digest import GENESIS, window_digest
@@ -150,6 +150,21 @@ class StageA:
         self._outcomes: dict[int, WindowOutcome] = {}  # received, not yet applied by every owned partition
         self._needs_value = [q.id for q in self.queries if getattr(q, "requires_value", False)]
         self._settles = any(h.settles for h in (stage_a_half(q) for q in self.queries))
+        self._failed: str | None = None  # why a step failed part-way (EngineFailed until a restore)
+
+    def _guard(self, step, *args):
+        """Run a step that may admit, settle or send; a failure part-way (the store unreachable, a reply lost)
+        leaves the partitions' state mid-close, so every later call is refused (:class:`EngineFailed`) until
+        :meth:`restore` — the caller restores its checkpoint and re-reads its input from its offsets, as the
+        Kafka worker does for the single engine; the replayed admits are copies (no second charge)."""
+        if self._failed is not None:
+            raise EngineFailed(f"a stage-A step failed ({self._failed}) and was not restored since: restore a "
+                               "snapshot (the last checkpoint) and re-read the input from its offsets")
+        try:
+            return step(*args)
+        except BaseException as e:
+            self._failed = f"{type(e).__name__}: {e}"
+            raise
 
     # ---- ownership -------------------------------------------------------------------------------------------
     def _new_kb(self) -> bytes:
@@ -165,10 +180,19 @@ class StageA:
                 raise ValueError(f"partition {p} is already owned here")
             self.parts[p] = PartitionState(p, self.config, self.queries, self._new_kb())
 
+    def partition_snapshot(self, partition: int) -> bytes:
+        """One owned partition's state as bytes (what :meth:`adopt` takes): a per-partition checkpoint, to be
+        stored with that partition's input offset."""
+        if self._failed is not None:
+            raise EngineFailed(f"a stage-A step failed ({self._failed}): its state is mid-close, not a checkpoint")
+        st = self.parts[int(partition)]
+        return state_codec.encode({"parameters": canonical(self.parameters), "partition": st.state()})
+
     def release(self, partition: int) -> bytes:
         """Stop owning ``partition``; its state as bytes for another StageA's :meth:`adopt` (a rebalance)."""
-        st = self.parts.pop(int(partition))
-        return state_codec.encode({"parameters": canonical(self.parameters), "partition": st.state()})
+        blob = self.partition_snapshot(partition)
+        del self.parts[int(partition)]
+        return blob
 
     def adopt(self, data: bytes) -> None:
         """Own a partition from the state another StageA released (or checkpointed)."""
@@ -178,7 +202,7 @@ class StageA:
         if st.partition in self.parts:
             raise ValueError(f"partition {st.partition} is already owned here")
         self.parts[st.partition] = st
-        self._advance(st)
+        self._guard(self._advance, st)
 
     @property
     def partitions(self) -> list[int]:
@@ -198,6 +222,9 @@ class StageA:
     def ingest(self, batch: EventBatch, partition: int, now: float | None = None) -> list[tuple[int, str]]:
         """Judge a parsed batch of ONE owned input partition, as :meth:`ReleaseEngine.ingest` does (the same
         (row, reason) dead letters), hold the accepted events, and send what became due."""
+        return self._guard(self._ingest, batch, partition, now)
+
+    def _ingest(self, batch: EventBatch, partition: int, now: float | None) -> list[tuple[int, str]]:
         st = self.parts.get(int(partition))
         if st is None:
             raise ValueError(f"partition {partition} is not owned by this stage A (owned: {self.partitions})")
@@ -254,6 +281,9 @@ class StageA:
         """End of a bounded input on every owned partition: each sends its held windows (still one window after
         the other's outcome), then a final marker — the coordinator then closes what the single engine's
         :meth:`~ReleaseEngine.flush` closes (``closed_by: end_of_input`` past the watermark)."""
+        self._guard(self._flush)
+
+    def _flush(self) -> None:
         for p in self.partitions:
             st = self.parts[p]
             st.flushing = True
@@ -372,6 +402,9 @@ class StageA:
         """Window t's outcome from the coordinator: every owned partition applies the outcomes it has not applied,
         in order (a gap waits for the missing one) and each only once it has done that window itself, and sends
         what became due. Repeats are ignored."""
+        self._guard(self._on_outcome, data)
+
+    def _on_outcome(self, data: bytes) -> None:
         o = WindowOutcome.from_bytes(data)
         if not self.parts or o.seq > min(st.applied for st in self.parts.values()):
             self._outcomes.setdefault(o.seq, o)
@@ -404,6 +437,8 @@ class StageA:
     # ---- snapshot --------------------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
         """Every owned partition's state (each movable on its own: :meth:`release`), and the counters."""
+        if self._failed is not None:
+            raise EngineFailed(f"a stage-A step failed ({self._failed}): its state is mid-close, not a checkpoint")
         return state_codec.encode({
             "version": STATE_VERSION,
             "parameters": canonical(self.parameters),
@@ -419,4 +454,4 @@ class StageA:
         self.parts = {int(p): PartitionState.from_state(s, self.config, self.queries)
                       for p, s in d["partitions"].items()}
         self.counters = EngineCounters(**d["counters"])
-        self._out, self._outcomes = [], {}
+        self._out, self._outcomes, self._failed = [], {}, None

@@ -22,11 +22,12 @@ from streamdp.accounting.cost import budget_vector
 from streamdp.config.loader import parse_config
 from streamdp.engine.coordinator_worker import Coordinator, PartConflict
 from streamdp.engine.count_halves import UnsupportedKind
-from streamdp.engine.engine import ReleaseEngine
+from streamdp.engine.engine import EngineFailed, ReleaseEngine
 from streamdp.engine.stage_a_worker import StageA
 from streamdp.engine.staged_messages import (PartContribution, PartitionMarker, QueryPart, WindowOutcome,
                                              decode)
 from streamdp.filter.memory import MemoryBudgetStore
+from streamdp.filter.store import StoreError
 from streamdp.input.events import parse_batch
 
 P = 4
@@ -134,6 +135,36 @@ class CountingStore(MemoryBudgetStore):
         return super().admit_ids(scope, seq, user_ids, costs, table, digest=digest, fence=fence)
 
 
+class FlakyStore(MemoryBudgetStore):
+    """Fails (StoreError) with probability ``flaky`` at an admit, settle, release-log write or ledger append:
+    before the call, or after it took effect (a lost reply)."""
+
+    def __init__(self, *a, flaky=0.0, seed=0, **k):
+        super().__init__(*a, **k)
+        self.flaky, self.g = flaky, np.random.default_rng(seed)
+
+    def _call(self, fn, *a, **k):
+        r = self.g.random()
+        if r < self.flaky / 2:
+            raise StoreError("unreachable (before)")
+        out = fn(*a, **k)
+        if r < self.flaky:
+            raise StoreError("reply lost (after)")
+        return out
+
+    def admit_ids(self, *a, **k):
+        return self._call(super().admit_ids, *a, **k)
+
+    def settle_ids(self, *a, **k):
+        return self._call(super().settle_ids, *a, **k)
+
+    def put_release(self, *a, **k):
+        return self._call(super().put_release, *a, **k)
+
+    def append_ledger(self, *a, **k):
+        return self._call(super().append_ledger, *a, **k)
+
+
 def spend_of(store):
     return {u.user: (u.spent.tolist(), bool(u.halted)) for u in store.iter_users()}
 
@@ -210,7 +241,7 @@ class Bus:
         self.dead: set = set()
         self.snaps = [self._stage_snap(i) for i in range(len(self.stages))]
         self.csnap = self._coord_snap()
-        self.crashes = 0
+        self.crashes = self.failures = 0
         self.moved = False
 
     # -- snapshots and crashes
@@ -288,7 +319,9 @@ class Bus:
         blob = self.stages[i].release(p)
         self.owners[i].remove(p)
         self.owners[j].append(p)
+        flaky, self.store.flaky = getattr(self.store, "flaky", 0.0), 0.0  # (a failed adopt would lose p here)
         self.stages[j].adopt(blob)
+        self.store.flaky = flaky
         self.opos[j] = 0  # the new owner reads the outcomes its new partition has not applied
         self._publish(j)
         self.snaps[i], self.snaps[j] = self._stage_snap(i), self._stage_snap(j)
@@ -312,11 +345,22 @@ class Bus:
                 if not idle:
                     return self
                 for i in idle:  # the end of input, once each stage has read its partitions to the end
-                    self.stages[i].flush()
-                    self._publish(i)
+                    try:
+                        self.flush(i)
+                    except StoreError:
+                        self.failures += 1
+                        self._restore_stage(i)
                 continue
             kind, k = acts[int(self.g.integers(len(acts)))]
-            {"in": self.ingest, "c": self.to_coord, "s": self.to_stage, "f": self.flush}[kind](k)
+            try:
+                {"in": self.ingest, "c": self.to_coord, "s": self.to_stage, "f": self.flush}[kind](k)
+            except StoreError:  # a failure part-way: the failed stage restarts from its last snapshot
+                self.failures += 1
+                if kind == "c":
+                    self._restore_coord()
+                else:
+                    self._restore_stage(k if kind != "in" else self._owner(k))
+                continue
             r = self.g.random()
             if self.rebalance and not self.moved and steps > 40 and r < 0.05:
                 self.move()
@@ -381,6 +425,43 @@ def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
         assert records == ref[0] and spend == ref[3] and dead == ref[1], (name, seed)
         assert once(ledger) == ref[2], (name, seed)
     assert crashes >= 5 and replayed >= 5  # windows were admitted again after restarts, and charged nothing
+
+
+@pytest.mark.parametrize("name", ["mixed", "top_k"])
+def test_store_failures_part_way_are_restored_and_charge_once(name):
+    """The store fails at random admits, settles, release-log writes and ledger appends — before the call or after
+    it took effect (a lost reply). The failed stage refuses further work until restored (EngineFailed), restarts
+    from its last snapshot and re-reads its input: the same releases and spend as one engine."""
+    parts = stream(5)
+    ref = reference(name, parts)
+    failures = 0
+    for seed in range(3):
+        store = FlakyStore(budget_vector(config(name).budget), flaky=0.05, seed=seed)
+        bus = Bus(name, parts, OWNERS[1 + seed], seed=400 + seed, rebalance=seed > 0, stores=lambda: store).run()
+        records, dead, ledger, spend = bus.result()
+        failures += bus.failures
+        assert records == ref[0] and spend == ref[3] and dead == ref[1], (name, seed)
+        assert once(ledger) == ref[2], (name, seed)
+    assert failures >= 5
+
+
+def test_a_failed_step_refuses_further_work_until_restored():
+    cfg = config("threshold")
+    store = FlakyStore(budget_vector(cfg.budget))
+    a = StageA(cfg.engine_config(), cfg.build_queries(), store)
+    a.assign([0])
+    snap = a.snapshot()
+    evs = [orjson.dumps({"user": f"u{k}", "ts": 1.0 + k, "items": ["x"]}) for k in range(3)]
+    store.flaky = 1.0
+    with pytest.raises(StoreError):
+        a.ingest(parse_batch(evs + [orjson.dumps({"user": "u0", "ts": 30.0, "items": []})])[0], 0)  # window 1 due
+    with pytest.raises(EngineFailed):
+        a.ingest(parse_batch(evs)[0], 0)
+    with pytest.raises(EngineFailed):
+        a.snapshot()
+    store.flaky = 0.0
+    a.restore(snap)
+    assert a.ingest(parse_batch(evs)[0], 0) == []
 
 
 @pytest.mark.parametrize("name", ["mixed", "top_k"])
