@@ -88,9 +88,11 @@ class PartitionState:
         self.sent: tuple | None = None  # the last marker sent (through, watermark_through, final)
 
     def watermark_through(self) -> int:
+        """The last window the partition's watermark has passed (0: none) — its events alone, never how far the
+        partition has marked itself: a flushed partition marks windows its watermark has not passed, and those
+        close ``end_of_input``."""
         wm = self.windows.partition_watermark(self.partition)
-        return max(self.windows.last_closed, self.windows.last_ended(wm)) if math.isfinite(wm) else \
-            self.windows.last_closed
+        return max(0, self.windows.last_ended(wm)) if math.isfinite(wm) else 0
 
     def state(self) -> dict:
         return {
@@ -222,14 +224,14 @@ class StageA:
     def ingest(self, batch: EventBatch, partition: int, now: float | None = None) -> list[tuple[int, str]]:
         """Judge a parsed batch of ONE owned input partition, as :meth:`ReleaseEngine.ingest` does (the same
         (row, reason) dead letters), hold the accepted events, and send what became due."""
-        return self._guard(self._ingest, batch, partition, now)
-
-    def _ingest(self, batch: EventBatch, partition: int, now: float | None) -> list[tuple[int, str]]:
         st = self.parts.get(int(partition))
         if st is None:
             raise ValueError(f"partition {partition} is not owned by this stage A (owned: {self.partitions})")
         if st.flushing:
             raise ValueError(f"partition {partition} was flushed (end of input): no more events")
+        return self._guard(self._ingest, batch, st, now)
+
+    def _ingest(self, batch: EventBatch, st: PartitionState, now: float | None) -> list[tuple[int, str]]:
         n = len(batch)
         if n == 0:
             return []

@@ -476,6 +476,56 @@ def test_stages_ending_their_input_at_different_times_close_alike(name):
         assert got[0] == ref[0] and got[1] == ref[1] and got[3] == ref[3], (name, seed)
 
 
+def pump(stages, coord):
+    """Deliver every message until quiet (in order); the release records."""
+    records = []
+    while True:
+        msgs = [m for a in stages for m in a.poll()]
+        if not msgs:
+            return records
+        for m in msgs:
+            records += [r.to_bytes() for s in coord.receive(m) for r in s.records]
+        for o in coord.poll():
+            for a in stages:
+                a.on_outcome(o)
+
+
+def test_a_flushed_partition_jumping_an_empty_window_does_not_claim_its_watermark_passed_it():
+    """Partition 0 ends its input (flush) holding window 5 with window 4 empty and its watermark in window 4: it
+    marks itself through 4 at once, but its watermark stays at 3, so window 4 is closed ``end_of_input`` as by the
+    engine's flush — not ``watermark`` once partition 1's watermark passes it (a first version reported the
+    partition's last closed window as its watermark after the next outcome)."""
+    cfg = config("threshold")
+    ev = lambda u, t: orjson.dumps({"user": u, "ts": t, "items": ["x"]})  # noqa: E731
+    p0 = [ev("a", 1.0), ev("a", 41.0)]  # windows 1 and 5; watermark 38: window 3 passed, not 4
+    p1a = [ev("b", 2.0), ev("b", 11.0), ev("b", 21.0), ev("b", 31.0)]
+    p1b = [ev("b", 60.0)]
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    e = ReleaseEngine(cfg.engine_config(), cfg.build_queries(), store)
+    e.register_partitions([0, 1])
+    e.ingest(parse_batch(p0)[0], 0)
+    e.ingest(parse_batch(p1a)[0], 1)
+    e.ingest(parse_batch(p1b)[0], 1)
+    ref = [r.to_bytes() for s in e.close_due() + e.flush() for r in s.records]
+    assert [orjson.loads(r)["closed_by"] for r in ref] == ["watermark"] * 3 + ["end_of_input"] * 4
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    a, b = (StageA(cfg.engine_config(), cfg.build_queries(), store) for _ in range(2))
+    a.assign([0])
+    b.assign([1])
+    c = Coordinator(cfg.engine_config(), cfg.build_queries(), store)
+    c.register_partitions([0, 1])
+    a.ingest(parse_batch(p0)[0], 0)
+    a.flush()
+    records = pump([a, b], c)
+    b.ingest(parse_batch(p1a)[0], 1)
+    records += pump([a, b], c)
+    b.ingest(parse_batch(p1b)[0], 1)
+    records += pump([a, b], c)
+    b.flush()
+    records += pump([a, b], c)
+    assert records == ref
+
+
 def test_in_production_each_partition_draws_its_own_bounding_key_and_keeps_it():
     """Without ``unsafe_test_seed`` Kb is 32 OS-random bytes per partition state, not derived from any noise key;
     it travels with the partition's state (a snapshot, a rebalance), so a replay draws the same subsets."""
