@@ -71,15 +71,24 @@ def public_cost_dict(cost, basis: str, notions: tuple[str, ...] = ()) -> dict:
 def cost_summary(costs: np.ndarray) -> dict:
     """REALISED cost (ledger only, never published: it depends on private data): max individual cost per notion
     and the number of users charged, from fixed-point rows."""
-    out: dict = {}
     n_charged = int((costs > 0).any(axis=1).sum()) if costs.size else 0
     mx = costs.max(axis=0) if costs.size else np.zeros(len(COMPONENTS), dtype=np.int64)
+    return realised_summary(n_charged, mx)
+
+
+def realised_summary(n_charged: int, mx) -> dict:
+    """:func:`cost_summary` from its two sufficient statistics: the number of users charged (rows with a positive
+    component) and the component-wise maximum of the rows (zeros for none). Both merge over disjoint sets of users
+    (a sum and a maximum), which is how the staged coordinator builds a window's ledger entry from the partitions'
+    parts without seeing users."""
+    out: dict = {}
+    mx = np.asarray(mx, dtype=np.int64)
     for i, notion in enumerate(NOTIONS):
         a, d = int(mx[2 * i]), int(mx[2 * i + 1])
         if a or d:
             key = "alpha" if notion == "emd" else "rho"
             out[notion] = {key: a / SCALES[2 * i], "delta": d / SCALES[2 * i + 1]}
-    out["users_charged"] = n_charged
+    out["users_charged"] = int(n_charged)
     return out
 
 

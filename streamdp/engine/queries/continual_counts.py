@@ -62,10 +62,15 @@ class ContinualCounts(WindowQuery):
         self.bounder.reset()
 
     def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
+        return self.prepare_with(w, rng, self.bounder)
+
+    def prepare_with(self, w: WindowData, rng, bounder: ContributionBounder) -> Reservation:
+        """:meth:`prepare` against the epoch counters ``bounder`` (the query's own; in a staged deployment the
+        input partition's, held by stage A)."""
         users, items = w.item_pairs()
         if users.size == 0:
             return Reservation.empty()
-        b = self.bounder.bound(users, items, rng)
+        b = bounder.bound(users, items, rng)
         # costly (first) contributions per user; users whose pairs are all repeats are charged nothing
         u = b.user_ids  # sorted (bounded pairs come in key order: user, then item)
         if u.size == 0:
@@ -80,14 +85,27 @@ class ContinualCounts(WindowQuery):
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
+        ids, incs = self.admitted_counts(res, admitted, self.bounder)
+        return self.release_counts(ids, incs, rng, items)[0]
+
+    def admitted_counts(self, res: Reservation, admitted: np.ndarray,
+                        bounder: ContributionBounder | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Stage A's share of the release: commits the admitted users' bounded pairs to the epoch counters
+        (``bounder``: the query's own by default) and returns the per-item increments (sorted ids, counts)."""
+        bounder = self.bounder if bounder is None else bounder
         b = res.private
         if b is not None and b.user_ids.size:
             keep = admitted[b.user_ids]
-            self.bounder.commit_bounded(b, keep)
-            ids, incs = np.unique(b.item_ids[keep], return_counts=True)
-        else:
-            ids, incs = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        rel = self.tree.step(ids, incs.astype(np.int64), rng)
+            bounder.commit_bounded(b, keep)
+            return np.unique(b.item_ids[keep], return_counts=True)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+
+    def release_counts(self, ids: np.ndarray, incs: np.ndarray, rng: np.random.Generator,
+                       items: Names) -> tuple[QueryRelease, None]:
+        """The coordinator's share: one step of the unknown-domain binary mechanism (Rogers (unknown-domain) §4.3;
+        the binary mechanism of Dwork et al., "Differential privacy under continual observation") with the merged
+        per-item increments (sorted item ids of ``items``). No settle: (release, None)."""
+        rel = self.tree.step(ids, np.asarray(incs).astype(np.int64), rng)
         sel = np.asarray(rel.selected_ids)
         counts = np.asarray(rel.counts).astype(np.int64)
         order = np.argsort(-counts, kind="stable")
@@ -99,7 +117,8 @@ class ContinualCounts(WindowQuery):
             "new_items": sorted(items.names(np.asarray(rel.new_ids))),
             "threshold": self.threshold,
         }
-        return QueryRelease(values=values, meta={"selected": int(sel.size), "new_selected": len(values["new_items"])})
+        return QueryRelease(values=values, meta={"selected": int(sel.size),
+                                                 "new_selected": len(values["new_items"])}), None
 
     #: the version of the cost and threshold rule (module docstring); a release parameter
     RELEASE_RULE = 3

@@ -36,37 +36,56 @@ class TopK(WindowQuery):
         self.pwyg.reserve_cost(self.k).to_fixed()  # the largest reservation must fit the fixed-point grid: fail now
 
     def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
+        return self.prepare_under(w, self.pwyg)
+
+    def prepare_under(self, w: WindowData, pwyg: PayWhatYouGet) -> Reservation:
+        """:meth:`prepare` against the PWYG counter ``pwyg`` (the query's own; in a staged deployment stage A's copy,
+        brought up to date by the previous window's outcome)."""
         users, items = w.item_pairs()
-        if users.size == 0 or self.pwyg.exhausted:
+        if users.size == 0 or pwyg.exhausted:
             return Reservation.empty()
         keys = unique_sorted(pair_keys(users, items))  # ≤ 1 per (user, item)
         u = keys >> np.int64(32)  # sorted: distinct users are where the user changes
         present = u[np.flatnonzero(np.concatenate(([True], u[1:] != u[:-1])))]
-        cost = self.pwyg.reserve_cost(self.k).to_fixed()  # Rogers (unknown-domain) Thm 10 / Alg. 4: reserve k(i)·ε²/8 and δ, the worst case
+        cost = pwyg.reserve_cost(self.k).to_fixed()  # Rogers (unknown-domain) Thm 10 / Alg. 4: reserve k(i)·ε²/8 and δ, the worst case
         return Reservation(present, np.tile(cost, (present.size, 1)), private=keys)
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
-        if self.pwyg.exhausted:
-            return QueryRelease(values={"items": [], "bottom": False, "stopped": True,
-                                        "pwyg_used": self.pwyg.used, "k_star": self.pwyg.k_star},
-                                meta={"pwyg_used": self.pwyg.used, "items_returned": 0})
+        ids, counts = self.admitted_counts(res, admitted)
+        rel, row = self.release_counts(ids, counts, rng, items)
+        if row is not None:
+            users = res.users[admitted[res.users]] if res.users.size else res.users
+            rel.users, rel.actual = users, np.tile(row, (users.size, 1))
+        return rel
+
+    def admitted_counts(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stage A's share of the release: per item (sorted ids), the number of admitted users holding it."""
         keys = res.private if res.private is not None else np.zeros(0, dtype=np.int64)
         if keys.size:
             keys = keys[admitted[keys >> np.int64(32)]]
-        ids, counts = np.unique(keys & np.int64(0xFFFFFFFF), return_counts=True)
+        return np.unique(keys & np.int64(0xFFFFFFFF), return_counts=True)
+
+    def release_counts(self, ids: np.ndarray, counts: np.ndarray, rng: np.random.Generator,
+                       items: Names) -> tuple[QueryRelease, np.ndarray | None]:
+        """The coordinator's share: one PWYG call (Rogers (unknown-domain) Alg. 3/4) over the merged per-item counts
+        (sorted item ids of ``items``). Returns the release and the actual cost row of every admitted user of the
+        window — (n·ε²/8, δ), n the items returned (Thm 10) — or None once the counter is exhausted (nothing was
+        reserved, nothing is settled)."""
+        if self.pwyg.exhausted:
+            return QueryRelease(values={"items": [], "bottom": False, "stopped": True,
+                                        "pwyg_used": self.pwyg.used, "k_star": self.pwyg.k_star},
+                                meta={"pwyg_used": self.pwyg.used, "items_returned": 0}), None
         # items by NAME: Alg. 3's top-k̄ cut breaks ties among equal counts by item, and an interned id depends on
         # other (even refused) users' data (Names.name_array)
         ranked = self.pwyg.release(rng, items.name_array(ids), counts, self.k, self.kbar)
         names = [None if x is BOTTOM else x for x in ranked]
         n = len(ranked)
-        users = res.users[admitted[res.users]] if res.users.size else res.users
         # Rogers (unknown-domain) Thm 10: settle to the n items actually returned (n·ε²/8, δ): pay what you get
-        actual = np.tile(self.pwyg.call_cost(n).to_fixed(), (users.size, 1))
+        row = self.pwyg.call_cost(n).to_fixed()
         values = {"items": names, "bottom": bool(ranked and ranked[-1] is BOTTOM), "stopped": self.pwyg.exhausted,
                   "pwyg_used": self.pwyg.used, "k_star": self.pwyg.k_star}
-        return QueryRelease(values=values, users=users, actual=actual,
-                            meta={"pwyg_used": self.pwyg.used, "items_returned": n})
+        return QueryRelease(values=values, meta={"pwyg_used": self.pwyg.used, "items_returned": n}), row
 
     public_cost_basis = "per user present in this window: |I(i)|·ε²/8 and δ (pay-what-you-get, Rogers (unknown-domain) Thm 10)"
 

@@ -88,16 +88,27 @@ class WindowHistogram(WindowQuery):
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
+        ids, counts = self.admitted_counts(res, admitted)
+        return self.release_counts(ids, counts, rng, items)[0]
+
+    def admitted_counts(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stage A's share of the release: per item (sorted ids), the number of admitted users whose bounded
+        contributions hold it (≤ 1 per (user, item), ≤ Δ0 items per user)."""
         keys = res.private if res.private is not None else np.zeros(0, dtype=np.int64)
         if keys.size:
             keys = keys[admitted[keys >> _SHIFT]]
-        ids, counts = np.unique(keys & np.int64(0xFFFFFFFF), return_counts=True)
+        return np.unique(keys & np.int64(0xFFFFFFFF), return_counts=True)
+
+    def release_counts(self, ids: np.ndarray, counts: np.ndarray, rng: np.random.Generator,
+                       items: Names) -> tuple[QueryRelease, None]:
+        """The coordinator's share: Rogers (unknown-domain) Alg. 1/2 over the merged per-item counts (sorted item
+        ids of ``items``). No settle: (release, None)."""
         # items by NAME: Alg. 2's top-k̄ cut breaks ties among equal counts by item, and an interned id depends on
         # other (even refused) users' data (Names.name_array)
         out_names, noisy = self.mech.release(rng, items.name_array(ids), counts)  # by decreasing noisy count
         names = list(out_names)
         values = {"counts": dict(zip(names, np.asarray(noisy).tolist())), "threshold": self.threshold}
-        return QueryRelease(values=values, meta={"released": len(names)})
+        return QueryRelease(values=values, meta={"released": len(names)}), None
 
     public_cost_basis = "per user present in this window: at most max_items_per_window items (Rogers (unknown-domain) Thm 7/8)"
 

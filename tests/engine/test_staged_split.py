@@ -1,0 +1,665 @@
+"""The staged split of the count kinds (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
+staged_messages.py; docs/DECISIONS.md "Scale-out: stage A admits") equals one ReleaseEngine.
+
+N = 1, 2, 3 StageA objects owning a split of 4 user-keyed input partitions and one Coordinator, talking in bytes
+through a small deterministic bus (one FIFO per input partition to the coordinator, as an internal topic keyed by
+partition; one outcome log every stage reads), against one ReleaseEngine on the same input: byte-identical release
+records, identical dead letters, ledger entries and per-user spend. Batch cuts and the interleaving of deliveries
+vary; stages crash and restart from their last snapshot (re-reading their input from its offsets), partitions move
+between stages mid-stream. Test mode (one seed), so equal records mean equal noise.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import warnings
+
+import numpy as np
+import orjson
+import pytest
+
+from streamdp.accounting.cost import budget_vector
+from streamdp.config.loader import parse_config
+from streamdp.engine.coordinator_worker import Coordinator, PartConflict
+from streamdp.engine.count_halves import UnsupportedKind
+from streamdp.engine.engine import EngineFailed, ReleaseEngine
+from streamdp.engine.stage_a_worker import StageA
+from streamdp.engine.staged_messages import (PartContribution, PartitionMarker, QueryPart, WindowOutcome,
+                                             decode)
+from streamdp.filter.memory import MemoryBudgetStore
+from streamdp.filter.store import StoreError
+from streamdp.input.events import parse_batch
+
+P = 4
+
+SERVICE = """
+[service]
+window_seconds = 10.0
+horizon = 4
+origin = 0.0
+allowed_lateness = 3.0
+unsafe_test_seed = 7
+max_future_seconds = 1e12
+[budget]
+zcdp_rho = %(rho)s
+zcdp_delta = 1e-3
+"""
+
+CC = """
+[[query]]
+id = "cc"
+kind = "continual_counts"
+sigma = 1.0
+delta_item = 1e-6
+max_items_per_window = 2
+max_per_item = 2
+"""
+TOPK = """
+[[query]]
+id = "topk"
+kind = "top_k"
+epsilon = 3.0
+delta = 1e-6
+k = 3
+kbar = 4
+k_star = 9
+"""
+HIST = """
+[[query]]
+id = "hist"
+kind = "window_histogram"
+epsilon = 1.0
+delta = 1e-6
+max_items_per_window = 2
+algorithm = "threshold"
+noise = "gaussian"
+"""
+KBAR = """
+[[query]]
+id = "kbar"
+kind = "window_histogram"
+epsilon = 1.0
+delta = 1e-6
+max_items_per_window = 2
+algorithm = "top_kbar"
+kbar = 3
+"""
+CONFIGS = {"continual_counts": CC, "top_k": TOPK, "threshold": HIST, "top_kbar": KBAR,
+           "mixed": CC + TOPK + HIST + KBAR}
+# budgets at which some users are halted part-way and others are not
+RHO = {"continual_counts": 60, "top_k": 10, "threshold": 8, "top_kbar": 8, "mixed": 80}
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def config(name, rho=None):
+    text = SERVICE % {"rho": RHO[name] if rho is None else rho} + CONFIGS[name]
+    return parse_config(tomllib.loads(text), log_warnings=False)
+
+
+def stream(seed, n_events=700, n_users=40, n_items=12, span=110.0):
+    """Per partition its records in offset order (user k on partition k % P); up to four items per event from a
+    skewed popularity (a few items pass top_k's threshold), several events per user and window (Δ0 = 2 bites),
+    disorder and late events; 11 windows (3 epochs of 4)."""
+    rng = np.random.default_rng(seed)
+    pop = 1.0 / np.arange(1, n_items + 1) ** 1.5
+    pop /= pop.sum()
+    parts = [[] for _ in range(P)]
+    t = 0.0
+    for _ in range(n_events):
+        t += rng.exponential(span / n_events)
+        u = int(rng.integers(n_users))
+        ts = round(max(0.0, t - rng.uniform(0, 8)), 3)
+        items = [f"i{j}" for j in rng.choice(n_items, rng.integers(0, 5), replace=False, p=pop)]
+        if rng.random() < 0.3:  # items new in their window, first seen in a different order on each partition
+            items.append(f"n{int(ts // 10)}-{int(rng.integers(6))}")
+        d = {"user": f"u{u}", "ts": ts, "items": list(dict.fromkeys(items))}
+        parts[u % P].append(orjson.dumps(d))
+    return parts
+
+
+class CountingStore(MemoryBudgetStore):
+    """Counts the admits of each (scope, window)."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.admits = {}
+
+    def admit_ids(self, scope, seq, user_ids, costs, table, digest=None, fence=None):
+        self.admits[(scope, seq)] = self.admits.get((scope, seq), 0) + 1
+        return super().admit_ids(scope, seq, user_ids, costs, table, digest=digest, fence=fence)
+
+
+class FlakyStore(MemoryBudgetStore):
+    """Fails (StoreError) with probability ``flaky`` at an admit, settle, release-log write or ledger append:
+    before the call, or after it took effect (a lost reply)."""
+
+    def __init__(self, *a, flaky=0.0, seed=0, **k):
+        super().__init__(*a, **k)
+        self.flaky, self.g = flaky, np.random.default_rng(seed)
+
+    def _call(self, fn, *a, **k):
+        r = self.g.random()
+        if r < self.flaky / 2:
+            raise StoreError("unreachable (before)")
+        out = fn(*a, **k)
+        if r < self.flaky:
+            raise StoreError("reply lost (after)")
+        return out
+
+    def admit_ids(self, *a, **k):
+        return self._call(super().admit_ids, *a, **k)
+
+    def settle_ids(self, *a, **k):
+        return self._call(super().settle_ids, *a, **k)
+
+    def put_release(self, *a, **k):
+        return self._call(super().put_release, *a, **k)
+
+    def append_ledger(self, *a, **k):
+        return self._call(super().append_ledger, *a, **k)
+
+
+def spend_of(store):
+    return {u.user: (u.spent.tolist(), bool(u.halted)) for u in store.iter_users()}
+
+
+def ledger_of(store):
+    return [{k: v for k, v in e.items() if k != "ts"} for e in store.ledger()]
+
+
+def once(ledger):
+    """The ledger with repeats dropped: a restarted coordinator appends the entries of the windows it closes again
+    (as a restarted engine does); a repeat must equal the first entry."""
+    first = {}
+    for e in ledger:
+        assert first.setdefault(e["key"], e) == e
+    return list(first.values())
+
+
+def reference(name, parts, rho=None):
+    """One ReleaseEngine: every partition, batches of 9 round robin, windows closed after each batch, then the end
+    of input. (records, dead letters, ledger, spend)."""
+    cfg = config(name, rho)
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    e = ReleaseEngine(cfg.engine_config(), cfg.build_queries(), store)
+    e.register_partitions(range(P))
+    pos = [0] * P
+    records, dead = [], []
+    while any(pos[p] < len(parts[p]) for p in range(P)):
+        for p in range(P):
+            chunk = parts[p][pos[p]:pos[p] + 9]
+            if not chunk:
+                continue
+            b, bad = parse_batch(chunk)
+            assert not bad
+            dead += [(p, pos[p] + int(b.source_rows[r]), why) for r, why in e.ingest(b, p)]
+            pos[p] += len(chunk)
+            records += [r.to_bytes() for s in e.close_due() for r in s.records]
+    records += [r.to_bytes() for s in e.flush() for r in s.records]
+    return records, sorted(dead), ledger_of(store), spend_of(store)
+
+
+class Bus:
+    """N StageA + one Coordinator over one store, driven by a seeded scheduler. Internal topic: one FIFO per input
+    partition (its parts and markers in order, whoever owns it); outcome topic: one log, a read position per
+    stage. Snapshots record the input offsets (stage A) and the internal-topic positions (coordinator)."""
+
+    def __init__(self, name, parts, owners, seed, rho=None, stores=None, crash=0.0, rebalance=False, max_batch=12,
+                 early_flush=False):
+        """``stores``: a function giving each stage and the coordinator its own client of one store (as separate
+        processes have); default one in-memory store shared by all."""
+        cfg = config(name, rho)
+        self.cfg, self.parts, self.owners = cfg, parts, [list(o) for o in owners]
+        if stores is None:
+            shared = MemoryBudgetStore(budget_vector(cfg.budget))
+            stores = lambda: shared  # noqa: E731
+        self.new_store = stores
+        self.store = stores()
+        self.early_flush = early_flush
+        self.g = np.random.default_rng(seed)
+        self.crash, self.rebalance, self.max_batch = crash, rebalance, max_batch
+        self.stages = []
+        for o in self.owners:
+            s = StageA(cfg.engine_config(), cfg.build_queries(), self.new_store())
+            s.assign(o)
+            self.stages.append(s)
+        self.coord = Coordinator(cfg.engine_config(), cfg.build_queries(), self.new_store())
+        self.coord.register_partitions(range(P))
+        self.pos = [0] * P  # input offsets
+        self.topic = [[] for _ in range(P)]  # internal topic, one FIFO per input partition
+        self.read = [0] * P  # the coordinator's positions in it
+        self.outcomes: list[bytes] = []
+        self.opos = [0] * len(self.stages)
+        self.records: dict[str, bytes] = {}
+        self.order: list[str] = []
+        self.dead: set = set()
+        self.snaps = [self._stage_snap(i) for i in range(len(self.stages))]
+        self.csnap = self._coord_snap()
+        self.crashes = self.failures = 0
+        self.moved = False
+
+    # -- snapshots and crashes
+    def _stage_snap(self, i):
+        return self.stages[i].snapshot(), {p: self.pos[p] for p in self.owners[i]}
+
+    def _coord_snap(self):
+        return self.coord.snapshot(), list(self.read)
+
+    def _restore_stage(self, i):
+        blob, offsets = self.snaps[i]
+        s = StageA(self.cfg.engine_config(), self.cfg.build_queries(), self.new_store())
+        s.restore(blob)
+        assert s.partitions == sorted(self.owners[i])
+        self.stages[i] = s
+        for p, off in offsets.items():
+            self.pos[p] = off
+        self.opos[i] = 0  # re-read the outcome topic (repeats are ignored)
+        self.crashes += 1
+
+    def _restore_coord(self):
+        blob, read = self.csnap
+        c = Coordinator(self.cfg.engine_config(), self.cfg.build_queries(), self.new_store())
+        c.restore(blob)
+        self.coord, self.read = c, list(read)
+        self.crashes += 1
+
+    # -- actions
+    def _publish(self, i):
+        for m in self.stages[i].poll():
+            self.topic[decode(m).partition].append(m)
+
+    def _owner(self, p):
+        return next(i for i, o in enumerate(self.owners) if p in o)
+
+    def ingest(self, p):
+        i = self._owner(p)
+        n = int(self.g.integers(1, self.max_batch + 1))
+        chunk = self.parts[p][self.pos[p]:self.pos[p] + n]
+        b, bad = parse_batch(chunk)
+        assert not bad
+        self.dead |= {(p, self.pos[p] + int(b.source_rows[r]), why) for r, why in self.stages[i].ingest(b, p)}
+        self.pos[p] += len(chunk)
+        self._publish(i)
+
+    def to_coord(self, p):
+        m = self.topic[p][self.read[p]]
+        self.read[p] += 1
+        for s in self.coord.receive(m):
+            for r in s.records:
+                body = r.to_bytes()
+                if r.key in self.records:
+                    assert self.records[r.key] == body  # a coordinator's replay releases the same bytes
+                else:
+                    self.records[r.key] = body
+                    self.order.append(r.key)
+        self.outcomes += self.coord.poll()
+
+    def to_stage(self, i):
+        self.stages[i].on_outcome(self.outcomes[self.opos[i]])
+        self.opos[i] += 1
+        self._publish(i)
+
+    def flush(self, i):
+        self.stages[i].flush()
+        self._publish(i)
+
+    def move(self):
+        """A rebalance: one partition's state goes from one stage to another (snapshots of both right after)."""
+        i = max(range(len(self.owners)), key=lambda k: len(self.owners[k]))
+        if len(self.stages) < 2 or not self.owners[i]:
+            return
+        j = (i + 1) % len(self.stages)
+        p = self.owners[i][-1]
+        blob = self.stages[i].release(p)
+        self.owners[i].remove(p)
+        self.owners[j].append(p)
+        flaky, self.store.flaky = getattr(self.store, "flaky", 0.0), 0.0  # (a failed adopt would lose p here)
+        self.stages[j].adopt(blob)
+        self.store.flaky = flaky
+        self.opos[j] = 0  # the new owner reads the outcomes its new partition has not applied
+        self._publish(j)
+        self.snaps[i], self.snaps[j] = self._stage_snap(i), self._stage_snap(j)
+        self.moved = True
+
+    def run(self):
+        steps = 0
+        while True:
+            steps += 1
+            assert steps < 200_000
+            acts = [("in", p) for p in range(P) if self.pos[p] < len(self.parts[p])]
+            acts += [("c", p) for p in range(P) if self.read[p] < len(self.topic[p])]
+            acts += [("s", i) for i in range(len(self.stages)) if self.opos[i] < len(self.outcomes)]
+            if self.early_flush:  # a stage whose partitions are read to the end may end its input before the others
+                acts += [("f", i) for i, s in enumerate(self.stages)
+                         if all(self.pos[p] == len(self.parts[p]) for p in self.owners[i])
+                         and not all(st.flushing for st in s.parts.values())]
+            if not acts:
+                idle = [i for i, s in enumerate(self.stages)
+                        if not all(st.flushing for st in s.parts.values())]
+                if not idle:
+                    return self
+                for i in idle:  # the end of input, once each stage has read its partitions to the end
+                    try:
+                        self.flush(i)
+                    except StoreError:
+                        self.failures += 1
+                        self._restore_stage(i)
+                continue
+            kind, k = acts[int(self.g.integers(len(acts)))]
+            try:
+                {"in": self.ingest, "c": self.to_coord, "s": self.to_stage, "f": self.flush}[kind](k)
+            except StoreError:  # a failure part-way: the failed stage restarts from its last snapshot
+                self.failures += 1
+                if kind == "c":
+                    self._restore_coord()
+                else:
+                    self._restore_stage(k if kind != "in" else self._owner(k))
+                continue
+            r = self.g.random()
+            if self.rebalance and not self.moved and steps > 40 and r < 0.05:
+                self.move()
+            elif r < 0.08:
+                i = int(self.g.integers(len(self.stages)))
+                self.snaps[i] = self._stage_snap(i)
+            elif r < 0.1:
+                self.csnap = self._coord_snap()
+            elif r < 0.1 + self.crash:
+                if self.g.random() < 0.5:
+                    self._restore_stage(int(self.g.integers(len(self.stages))))
+                else:
+                    self._restore_coord()
+
+    def result(self):
+        return ([self.records[k] for k in self.order], sorted(self.dead), ledger_of(self.store),
+                spend_of(self.store))
+
+
+OWNERS = {1: [[0, 1, 2, 3]], 2: [[0, 2], [1, 3]], 3: [[3], [0, 1], [2]]}
+
+
+def _check_reference_is_interesting(name, ref):
+    records, dead, ledger, spend = ref
+    assert len(records) >= 11 * len(CONFIGS[name].split("[[query]]")[1:]) and dead
+    halted = [u for u, (_, h) in spend.items() if h]
+    assert halted and len(halted) < len(spend), (name, len(halted), len(spend))
+    if 'kind = "top_k"' in CONFIGS[name]:
+        tk = [orjson.loads(r) for r in records if orjson.loads(r)["kind"] == "top_k"]
+        assert tk[-1]["values"]["stopped"]  # k* reached: later windows return nothing and charge nothing
+        assert any(e.get("kind") == "top_k" and e.get("users_charged") for e in ledger)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_n_stages_and_a_coordinator_equal_one_engine(name, n):
+    parts = stream(1)
+    ref = reference(name, parts)
+    _check_reference_is_interesting(name, ref)
+    for seed in range(2):
+        got = Bus(name, parts, OWNERS[n], seed=10 * n + seed, max_batch=[1, 12][seed]).run().result()
+        assert got[0] == ref[0], (name, n, seed)
+        assert got[1:] == ref[1:], (name, n, seed)
+
+
+@pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts"])
+def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
+    """Stages and the coordinator restart from their last snapshots at random points (stage A re-reads its input
+    from the snapshot's offsets, the coordinator the internal topic from its positions); one partition moves
+    between stages. The same releases and the same spend: every replayed admit is a copy, nothing charged twice."""
+    parts = stream(2)
+    ref = reference(name, parts)
+    crashes = replayed = 0
+    for seed in range(3):
+        store = CountingStore(budget_vector(config(name).budget))
+        bus = Bus(name, parts, OWNERS[3 if seed != 1 else 2], seed=100 + seed, crash=0.03, rebalance=True,
+                  stores=lambda: store).run()
+        records, dead, ledger, spend = bus.result()
+        crashes += bus.crashes
+        replayed += sum(n - 1 for n in store.admits.values())
+        assert bus.moved
+        assert records == ref[0] and spend == ref[3] and dead == ref[1], (name, seed)
+        assert once(ledger) == ref[2], (name, seed)
+    assert crashes >= 5 and replayed >= 5  # windows were admitted again after restarts, and charged nothing
+
+
+@pytest.mark.parametrize("name", ["mixed", "top_k"])
+def test_store_failures_part_way_are_restored_and_charge_once(name):
+    """The store fails at random admits, settles, release-log writes and ledger appends — before the call or after
+    it took effect (a lost reply). The failed stage refuses further work until restored (EngineFailed), restarts
+    from its last snapshot and re-reads its input: the same releases and spend as one engine."""
+    parts = stream(5)
+    ref = reference(name, parts)
+    failures = 0
+    for seed in range(3):
+        store = FlakyStore(budget_vector(config(name).budget), flaky=0.05, seed=seed)
+        bus = Bus(name, parts, OWNERS[1 + seed], seed=400 + seed, rebalance=seed > 0, stores=lambda: store).run()
+        records, dead, ledger, spend = bus.result()
+        failures += bus.failures
+        assert records == ref[0] and spend == ref[3] and dead == ref[1], (name, seed)
+        assert once(ledger) == ref[2], (name, seed)
+    assert failures >= 5
+
+
+def test_a_failed_step_refuses_further_work_until_restored():
+    cfg = config("threshold")
+    store = FlakyStore(budget_vector(cfg.budget))
+    a = StageA(cfg.engine_config(), cfg.build_queries(), store)
+    a.assign([0])
+    snap = a.snapshot()
+    evs = [orjson.dumps({"user": f"u{k}", "ts": 1.0 + k, "items": ["x"]}) for k in range(3)]
+    store.flaky = 1.0
+    with pytest.raises(StoreError):
+        a.ingest(parse_batch(evs + [orjson.dumps({"user": "u0", "ts": 30.0, "items": []})])[0], 0)  # window 1 due
+    with pytest.raises(EngineFailed):
+        a.ingest(parse_batch(evs)[0], 0)
+    with pytest.raises(EngineFailed):
+        a.snapshot()
+    store.flaky = 0.0
+    a.restore(snap)
+    assert a.ingest(parse_batch(evs)[0], 0) == []
+
+
+@pytest.mark.parametrize("name", ["mixed", "top_k"])
+def test_stages_ending_their_input_at_different_times_close_alike(name):
+    """A stage whose partitions are read to the end flushes (final markers) while the others still ingest: the
+    windows past its watermark close as the engine's flush closes them (closed_by end_of_input), no earlier."""
+    parts = stream(3)
+    ref = reference(name, parts)
+    assert any(orjson.loads(r)["closed_by"] == "end_of_input" for r in ref[0])
+    for seed in range(3):
+        got = Bus(name, parts, OWNERS[3], seed=200 + seed, early_flush=True, crash=0.02 * seed).run().result()
+        assert got[0] == ref[0] and got[1] == ref[1] and got[3] == ref[3], (name, seed)
+
+
+def pump(stages, coord):
+    """Deliver every message until quiet (in order); the release records."""
+    records = []
+    while True:
+        msgs = [m for a in stages for m in a.poll()]
+        if not msgs:
+            return records
+        for m in msgs:
+            records += [r.to_bytes() for s in coord.receive(m) for r in s.records]
+        for o in coord.poll():
+            for a in stages:
+                a.on_outcome(o)
+
+
+def test_a_flushed_partition_jumping_an_empty_window_does_not_claim_its_watermark_passed_it():
+    """Partition 0 ends its input (flush) holding window 5 with window 4 empty and its watermark in window 4: it
+    marks itself through 4 at once, but its watermark stays at 3, so window 4 is closed ``end_of_input`` as by the
+    engine's flush — not ``watermark`` once partition 1's watermark passes it (a first version reported the
+    partition's last closed window as its watermark after the next outcome)."""
+    cfg = config("threshold")
+    ev = lambda u, t: orjson.dumps({"user": u, "ts": t, "items": ["x"]})  # noqa: E731
+    p0 = [ev("a", 1.0), ev("a", 41.0)]  # windows 1 and 5; watermark 38: window 3 passed, not 4
+    p1a = [ev("b", 2.0), ev("b", 11.0), ev("b", 21.0), ev("b", 31.0)]
+    p1b = [ev("b", 60.0)]
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    e = ReleaseEngine(cfg.engine_config(), cfg.build_queries(), store)
+    e.register_partitions([0, 1])
+    e.ingest(parse_batch(p0)[0], 0)
+    e.ingest(parse_batch(p1a)[0], 1)
+    e.ingest(parse_batch(p1b)[0], 1)
+    ref = [r.to_bytes() for s in e.close_due() + e.flush() for r in s.records]
+    assert [orjson.loads(r)["closed_by"] for r in ref] == ["watermark"] * 3 + ["end_of_input"] * 4
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    a, b = (StageA(cfg.engine_config(), cfg.build_queries(), store) for _ in range(2))
+    a.assign([0])
+    b.assign([1])
+    c = Coordinator(cfg.engine_config(), cfg.build_queries(), store)
+    c.register_partitions([0, 1])
+    a.ingest(parse_batch(p0)[0], 0)
+    a.flush()
+    records = pump([a, b], c)
+    b.ingest(parse_batch(p1a)[0], 1)
+    records += pump([a, b], c)
+    b.ingest(parse_batch(p1b)[0], 1)
+    records += pump([a, b], c)
+    b.flush()
+    records += pump([a, b], c)
+    assert records == ref
+
+
+def test_in_production_each_partition_draws_its_own_bounding_key_and_keeps_it():
+    """Without ``unsafe_test_seed`` Kb is 32 OS-random bytes per partition state, not derived from any noise key;
+    it travels with the partition's state (a snapshot, a rebalance), so a replay draws the same subsets."""
+    cfg = config("mixed")
+    conf = cfg.engine_config()
+    conf.unsafe_test_seed = None
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    a, b = (StageA(conf, cfg.build_queries(), store) for _ in range(2))
+    a.assign([0, 1])
+    kb0, kb1 = a.parts[0].kb, a.parts[1].kb
+    assert len(kb0) == 32 and kb0 != kb1
+    b.adopt(a.release(1))
+    assert b.parts[1].kb == kb1
+    c = StageA(conf, cfg.build_queries(), store)
+    c.restore(a.snapshot())
+    assert c.parts[0].kb == kb0 and c.partitions == [0]
+
+
+@pytest.mark.integration
+def test_on_a_redis_cluster_the_stages_equal_one_engine_on_the_memory_store(redis_cluster_url):
+    """Each stage and the coordinator with its own client of a 3-primary Redis Cluster (as separate processes),
+    with a crash and a rebalance, against one engine on the in-memory store."""
+    from streamdp.filter.redis_store import RedisBudgetStore
+
+    parts = stream(4)
+    ref = reference("mixed", parts)
+    budget = budget_vector(config("mixed").budget)
+    bus = Bus("mixed", parts, OWNERS[3], seed=300, crash=0.02, rebalance=True,
+              stores=lambda: RedisBudgetStore.from_url(redis_cluster_url, default_budget=budget)).run()
+    records, dead, ledger, spend = bus.result()
+    assert bus.moved and records == ref[0] and dead == ref[1] and spend == ref[3]
+    assert once(ledger) == ref[2]
+
+
+def test_a_different_part_for_a_window_is_refused_and_an_equal_one_dropped():
+    cfg = config("mixed")
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    c = Coordinator(cfg.engine_config(), cfg.build_queries(), store)
+    c.register_partitions([0, 1])
+    qs = [QueryPart(q.id, np.array([0]), np.array([1])) for q in cfg.build_queries()]
+    part = PartContribution(seq=1, partition=0, events=1, admitted=1, refused=0, dropped_events=0, items=["a"],
+                            queries=qs)
+    c.receive(part.to_bytes())
+    c.receive(part.to_bytes())  # equal: dropped
+    other = PartContribution(seq=1, partition=0, events=1, admitted=1, refused=0, dropped_events=0,
+                             items=["b"], queries=qs)
+    with pytest.raises(PartConflict):
+        c.receive(other.to_bytes())
+    c.receive(PartitionMarker(0, 1, 1).to_bytes())
+    assert c.receive(PartitionMarker(1, 1, 1).to_bytes())  # window 1 closes
+    c.receive(part.to_bytes())  # the closed window's part again: dropped
+    with pytest.raises(PartConflict):
+        c.receive(other.to_bytes())
+    c.receive(PartitionMarker(0, 2, 2).to_bytes())
+    late = PartContribution(seq=2, partition=0, events=1, admitted=1, refused=0, dropped_events=0, items=["a"],
+                            queries=qs)
+    with pytest.raises(PartConflict):  # a part after its partition marked the window closed
+        c.receive(late.to_bytes())
+
+
+def test_a_user_at_budget_is_dropped_end_to_end():
+    """One user spends their budget in window 1; from then on their events reach no release: the per-item counts
+    stage A sends leave them out (and the coordinator never sees them)."""
+    cfg = config("threshold", rho=1.5)  # threshold: ρ = 0.5 per item and window; greedy pays 1.0 per window
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    a = StageA(cfg.engine_config(), cfg.build_queries(), store)
+    a.assign([0])
+    c = Coordinator(cfg.engine_config(), cfg.build_queries(), store)
+    c.register_partitions([0])
+    evs = [orjson.dumps({"user": "greedy", "ts": 1.0 + w * 10, "items": ["x", "y"]}) for w in range(3)]
+    evs += [orjson.dumps({"user": f"u{k}", "ts": 2.0 + w * 10, "items": ["x"]}) for w in range(3) for k in range(3)]
+    evs.sort(key=lambda b: orjson.loads(b)["ts"])
+    a.ingest(parse_batch(evs)[0], 0)
+    a.flush()
+    parts = []
+    while True:
+        msgs = a.poll()
+        if not msgs:
+            break
+        for m in msgs:
+            if isinstance(decode(m), PartContribution):
+                parts.append(decode(m))
+            c.receive(m)
+        for o in c.poll():
+            a.on_outcome(o)
+    assert [p.seq for p in parts] == [1, 2, 3]
+    assert [(p.admitted, p.refused, p.dropped_events) for p in parts] == [(4, 0, 0), (3, 1, 1), (3, 1, 1)]
+    # window 1: x held by 4 users, y by greedy; later: x by the 3 others only, y by nobody
+    assert [sorted(zip([p.items[k] for k in p.queries[0].codes], p.queries[0].counts.tolist())) for p in parts] \
+        == [[("x", 4), ("y", 1)], [("x", 3)], [("x", 3)]]
+    assert store.get_user("greedy").halted and not store.get_user("u0").halted
+
+
+def test_other_kinds_and_the_idle_timeout_are_refused():
+    text = SERVICE % {"rho": 1} + """
+[[query]]
+id = "sums"
+kind = "continual_sums"
+sigma = 6.0
+delta_key = 1e-6
+max_contributions = 16
+max_keys_per_window = 2
+max_per_key = 4
+"""
+    cfg = parse_config(tomllib.loads(text), log_warnings=False)
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    for cls in (StageA, Coordinator):
+        with pytest.raises(UnsupportedKind, match="window_histogram, top_k, continual_counts"):
+            cls(cfg.engine_config(), cfg.build_queries(), store)
+    cfg = config("mixed")
+    conf = cfg.engine_config()
+    conf.idle_timeout = 5.0
+    with pytest.raises(ValueError, match="idle_timeout"):
+        StageA(conf, cfg.build_queries(), store)
+
+
+def test_messages_round_trip_compactly_and_refuse_other_versions():
+    qp = QueryPart("q", np.array([2, 0, 1]), np.array([5, 1, 7]), admitted=3, charged=2,
+                   max_cost=np.arange(6), min_cost=np.zeros(6, dtype=np.int64))
+    part = PartContribution(seq=12, partition=3, events=40, admitted=3, refused=1, dropped_events=4,
+                            items=["a", "b", "ç"], queries=[qp])
+    blob = part.to_bytes()
+    back = decode(blob)
+    assert back.items == ["a", "b", "ç"] and back.queries[0].codes.tolist() == [2, 0, 1]
+    assert back.queries[0].counts.tolist() == [5, 1, 7] and back.queries[0].max_cost.tolist() == list(range(6))
+    assert (back.seq, back.partition, back.events, back.admitted, back.refused, back.dropped_events) == \
+        (12, 3, 40, 3, 1, 4)
+    assert back.to_bytes() == blob
+    assert len(blob) < 230
+    m = PartitionMarker(3, 9, 11, True)
+    assert decode(m.to_bytes()) == m and len(m.to_bytes()) == 31
+    o = WindowOutcome(4, "watermark", True, {"topk": {"n": 2, "pwyg": {"k_star": 9, "used": 2, "calls": 1},
+                                                      "actual": [1, 2, 0, 0, 0, 0]}})
+    assert decode(o.to_bytes()) == o
+    for b in (blob, m.to_bytes(), o.to_bytes()):
+        with pytest.raises(ValueError, match="version"):
+            decode(b[:4] + b"\x09\x00" + b[6:])
