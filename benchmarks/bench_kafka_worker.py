@@ -769,6 +769,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batch", type=int, default=5000)
     ap.add_argument("--users", type=int, default=50_000)
+    ap.add_argument("--items", type=int, default=20_000, help="item names (Zipf over them)")
+    ap.add_argument("--zipf", type=float, default=1.3, help="Zipf exponent of the items (smaller: longer tail)")
     ap.add_argument("--repeat", type=int, default=3, help="raw + worker runs, interleaved; medians are reported")
     ap.add_argument("--prefetch", type=int, default=None, help="WorkerOptions.prefetch_batches")
     ap.add_argument("--fetch-max-bytes", type=int, default=None, help="WorkerOptions.fetch_max_bytes")
@@ -789,7 +791,7 @@ def main() -> None:
     from streamdp.input.sources import synthetic_events
 
     windows = 20
-    payloads = list(synthetic_events(n_users=args.users, n_items=20_000, windows=windows,
+    payloads = list(synthetic_events(n_users=args.users, n_items=args.items, zipf_a=args.zipf, windows=windows,
                                      events_per_window=args.events // windows, window_seconds=3600.0,
                                      origin=1_700_000_000.0))
     n = len(payloads)
@@ -872,7 +874,8 @@ def main() -> None:
     lat = sorted(w["lat"]) or [float("nan")]
     print(f"\nKafka worker benchmark — {n:,} events, {args.partitions} partitions, batches of {args.batch}, "
           f"{os.cpu_count()} cores, tansu + redis-server on loopback; median of {len(runs)} interleaved runs; "
-          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; budget zCDP ρ = {args.rho:g} per user")
+          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; {args.users:,} users, items Zipf({args.zipf:g}) over "
+          f"{args.items:,}, budget zCDP ρ = {args.rho:g} per user")
     print(f"{'measure':58s} {'value':>14s}")
     rows = [
         ("produce (streamdp replay path), events/s", f"{n / t_prod:,.0f}"),
