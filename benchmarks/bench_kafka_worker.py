@@ -700,6 +700,8 @@ def stages_medians(runs, n: int) -> dict:
     m["a_raw"] = [s["stage_a"] / max(tiny, r[3][0]) for s, r in zip(sts, runs)]  # ingest CPU / raw CPU, per round
     m["c_all"] = [s["coord"] / max(tiny, r[2]["cpu"][0]) for s, r in zip(sts, runs)]
     m["cl_all"] = [s["coord_lower"] / max(tiny, r[2]["cpu"][0]) for s, r in zip(sts, runs)]
+    # a stricter denominator: the serial run's whole CPU (today's code without start, checkpoints, publishing)
+    m["c_serial"] = [s["coord"] / max(tiny, s["cpu"]) for s in sts]
     m["bytes"] = med(s["bytes"] / s["n"] for s in sts)
     m["redis"] = max(1e-6, med(1e6 * s["proc_cpu"][2] / s["n"] for s in sts))
     m["tansu"] = med(1e6 * s["proc_cpu"][1] / s["n"] for s in sts)
@@ -727,6 +729,7 @@ def stages_rows(runs, n: int) -> list[tuple[str, str]]:
         ("stages: coordinator CPU µs/event (release+log+merge+state)", f"{m['coord']:.3f}"),
         ("stages: ratio coordinator / `all` worker, median (target ≤ 0.1)", f"{med(m['c_all']):.3f}"),
         ("stages: ratio coordinator / `all` worker, min … max", f"{min(m['c_all']):.3f} … {max(m['c_all']):.3f}"),
+        ("stages: ratio coordinator / whole serial run (A + coord.)", f"{med(m['c_serial']):.3f}"),
         ("stages: coordinator without `release`, µs/event", f"{m['coord_lower']:.3f}"),
         ("stages: ratio of that / `all` worker, median", f"{med(m['cl_all']):.3f}"),
         ("stages: counts messages stage A → coordinator, B/event", f"{m['bytes']:.1f}"),
