@@ -751,13 +751,15 @@ def capacity_model(runs, n: int) -> str:
         f"  R_ingest = 1e6 / {m['stage_a']:.2f} µs = {r_in:,.0f} events/s per ingest machine (one core)",
         f"  R_coord  = 1e6 / {m['coord']:.3f} µs = {r_co:,.0f} events/s (without the rest of today's `release`, "
         f"i.e. mechanisms + log + merge + state only: 1e6 / {m['coord_lower']:.3f} = {r_lo:,.0f})",
-        f"  system(N) = min(N × {r_in:,.0f}, {r_co:,.0f}) events/s: the coordinator saturates at "
+        f"  system(N, S) = min(N × {r_in:,.0f}, {r_co:,.0f}, S × R_redis) events/s (N ingest machines, S Redis "
+        "primaries): the coordinator saturates at "
         f"N = R_coord / R_ingest = {r_co / r_in:.1f} ingest machines ({r_lo / r_in:.1f} with the lower figure)",
         f"  Redis: per (window, partition) {m['admits']:.2f} admit call(s) in {m['admit_rt']:.2f} round trips, "
         f"{m['settles']:.2f} settle call(s) in {m['settle_rt']:.2f} "
         f"({m['calls']:.1f} round trips in all with the release log and ledger); redis-server "
-        f"{m['redis']:.2f} µs/event: one Redis core carries {1e6 / m['redis']:,.0f} events/s = {m['stage_a'] / m['redis']:.1f} ingest machines "
-        "(a Redis Cluster: that per primary, admits grouped by hash slot)",
+        f"{m['redis']:.2f} µs/event: R_redis = {1e6 / m['redis']:,.0f} events/s per Redis core = "
+        f"{m['stage_a'] / m['redis']:.1f} ingest machines (a Redis Cluster: that per primary if the admits spread "
+        "evenly over the hash slots)",
         f"  valid at {per:,.0f} events per (window, partition) and this workload: the coordinator's work grows "
         "with the windows' distinct items, not with events, so its per-event figure falls as windows fill",
     ]
@@ -877,8 +879,8 @@ def main() -> None:
     lat = sorted(w["lat"]) or [float("nan")]
     print(f"\nKafka worker benchmark — {n:,} events, {args.partitions} partitions, batches of {args.batch}, "
           f"{os.cpu_count()} cores, tansu + redis-server on loopback; median of {len(runs)} interleaved runs; "
-          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; {args.users:,} users, items Zipf({args.zipf:g}) over "
-          f"{args.items:,}, budget zCDP ρ = {args.rho:g} per user")
+          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; {args.users:,} users, items "
+          f"Zipf({args.zipf:g}) over {args.items:,}, budget zCDP ρ = {args.rho:g} per user")
     print(f"{'measure':58s} {'value':>14s}")
     rows = [
         ("produce (streamdp replay path), events/s", f"{n / t_prod:,.0f}"),
