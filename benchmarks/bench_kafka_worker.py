@@ -367,7 +367,7 @@ def faust_rate(bootstrap: str, topic: str, n: int, batch: int, partitions: int, 
 #: CPU per stage (bench_stages.Clock: thread CPU time); stage A's columns, then the coordinator's
 STAGE_A = ("fetch", "parse", "ingest", "names", "prepare", "draws", "admit", "settle", "digest", "commit", "counts",
            "other")
-COORD = ("release", "mech", "log", "merge", "ckpt")
+COORD = ("release", "mech", "log", "merge", "intern", "ckpt")
 COUNTS_MAGIC = b"SDPC"
 
 
@@ -501,6 +501,7 @@ async def stages_run(cfg, store_url: str, n: int) -> dict:
     topic = opts.input_topic
     clock = Clock(STAGE_A + COORD)
     coord_items = Names()  # the coordinator's own item table
+    coord_items.ids = clock.wrap("intern", coord_items.ids)  # the merge's interning of the messages' item names
     owners: list = []  # each close's user → partition map (captured below)
     res_now: list = []  # this close's reservations, in query order
     stats = {"msgs": 0, "bytes": 0, "admits": 0, "settles": 0, "redis_calls": 0, "admit_rt": 0, "settle_rt": 0,
@@ -656,7 +657,7 @@ async def stages_run(cfg, store_url: str, n: int) -> dict:
     cpu -= t.pop("measure")  # the merge check
     coord = sum(t[k] for k in COORD)
     return {"n": engine.counters.events_in, "cpu": cpu, "stage_a": cpu - coord, "coord": coord,
-            "coord_lower": t["mech"] + t["log"] + t["merge"] + t["ckpt"],
+            "coord_lower": t["mech"] + t["log"] + t["merge"] + t["intern"] + t["ckpt"],
             # this process's CPU no wrapped function claimed: the loop, the parser's threads, the wrappers
             "rest": cpu - sum(t[k] for k in STAGE_A + COORD),
             "windows": engine.counters.windows_closed, "lean": lean, "admitted": engine.counters.admitted_users,
