@@ -17,11 +17,19 @@ keyed by user) into a topic of P partitions, then measures on that topic:
    coordinator consumes those forward records (same measure as 2.) — the rate the topology sustains once enough
    ingest workers keep up; and the two at once on this machine (one ingest worker in a subprocess, the coordinator
    in process, from the coordinator's first record to its last step).
+6. optionally (``--stages``, issue 29 item 6) the CPU per input event of the split's two stages, with today's code
+   cut by stage in one serial run per round (``stages_run``): the ingest worker (stage A: the worker's fetch path
+   with the lean fetch, parse, judge/hold, names, bounding/prepare, one admit per (window, partition) against the
+   real Redis, settles, digests, the bounders' commits, and building the count kinds' per-(window, partition)
+   counts messages: item dictionary + one int64 count per query) and the coordinator (the queries' releases, release
+   log, ledger and record building, decoding and merging the counts messages), as ratios to raw ``getmany`` and to
+   the ``all`` worker's Python CPU per event of the same round; the messages' bytes per event; Redis round trips
+   per (window, partition); and the capacity model min(N·R_ingest, R_coord) they imply.
 
 Steps 1 and 2 are repeated ``--repeat`` times (default 3), interleaved, with a flushed Redis before each worker
 run; the table reports medians (and the range of the ratio) with the load average.
 
-    python benchmarks/bench_kafka_worker.py --events 200000 --partitions 4 [--repeat 3] [--faust]
+    python benchmarks/bench_kafka_worker.py --events 200000 --partitions 4 [--repeat 3] [--faust] [--stages]
 """
 
 from __future__ import annotations
@@ -35,12 +43,16 @@ import os
 import shutil
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import orjson  # noqa: E402
 
 import warnings  # noqa: E402
 
@@ -108,9 +120,8 @@ def quiet_gc() -> None:
 
 def cpu_seconds(pid: int | None = None) -> float:
     """User + system CPU seconds of a process (this one when ``pid`` is None; children not included)."""
-    if pid is None:
-        t = os.times()
-        return t.user + t.system
+    if pid is None:  # every thread of this process, in ns resolution (os.times ticks in 10 ms)
+        return time.process_time()
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -126,7 +137,7 @@ def make_config(args, bootstrap: str, topic: str):
     from streamdp.config.loader import parse_config
 
     raw = {"service": {"window_seconds": 3600.0, "horizon": 64, "origin": 1_700_000_000.0},
-           "budget": {"zcdp_rho": 4.0, "zcdp_delta": 1e-4},
+           "budget": {"zcdp_rho": getattr(args, "rho", 4.0), "zcdp_delta": 1e-4},
            "kafka": {"bootstrap": bootstrap, "input_topic": topic, "output_prefix": "bench.out.",
                      "dead_letter_topic": "bench.dead", "group_id": "bench", "partitions": args.partitions,
                      "batch_max_records": args.batch},
@@ -351,6 +362,411 @@ def faust_rate(bootstrap: str, topic: str, n: int, batch: int, partitions: int, 
     return None
 
 
+# ---- --stages: today's single-process code cut by the stage each function belongs to (issue 29 item 6) ----------
+
+#: CPU per stage (bench_stages.Clock: thread CPU time); stage A's columns, then the coordinator's
+STAGE_A = ("fetch", "parse", "ingest", "names", "prepare", "draws", "admit", "settle", "digest", "commit", "counts",
+           "other")
+COORD = ("release", "mech", "log", "merge", "intern", "ckpt")
+COUNTS_MAGIC = b"SDPC"
+
+
+def admitted_pairs(res, admitted) -> tuple[np.ndarray, np.ndarray] | None:
+    """(user ids, item ids) of a count kind's admitted bounded contributions, exactly what its ``release`` counts:
+    continual_counts the bounded window's pairs (``ContinualCounts.release``), top_k the distinct (user, item) keys
+    (``TopK.release``). None for a kind that is not a count kind."""
+    private = res.private
+    if private is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if isinstance(private, np.ndarray):  # top_k / window_histogram: user << 32 | item keys
+        users, items = private >> np.int64(32), private & np.int64(0xFFFFFFFF)
+    elif hasattr(private, "item_ids") and hasattr(private, "user_ids"):  # continual_counts: the bounded window
+        users, items = private.user_ids, private.item_ids
+    else:
+        return None
+    keep = admitted[users]
+    return users[keep], items[keep]
+
+
+def encode_counts(seq: int, partition: int, qids: list[str], names: list[str], counts: np.ndarray) -> bytes:
+    """The count kinds' (window, partition) message of the DECISIONS table as stage A would send it: ``b"SDPC"``,
+    the header's length (4 bytes), a JSON header (seq, partition, query ids, the partition's item dictionary of the
+    window) and one int64 little-endian count column per query over that dictionary (0 where a query has no pair)."""
+    head = orjson.dumps({"seq": seq, "partition": partition, "queries": qids, "items": names})
+    return COUNTS_MAGIC + struct.pack("<I", len(head)) + head + np.ascontiguousarray(counts, dtype="<i8").tobytes()
+
+
+def build_counts_messages(seq: int, reservations: list, queries: list, admitted, owners, items) -> list[bytes]:
+    """Stage A's work after its admit: per partition, the item dictionary of its admitted bounded pairs and one
+    count column per count query (``owners``: the close's user → partition map)."""
+    cols = []  # (query id, partitions, item ids) of the count queries
+    for q, r in zip(queries, reservations):
+        got = admitted_pairs(r, admitted)
+        if got is not None:
+            cols.append((q.id, owners[got[0]], got[1]))
+    if not cols:
+        return []
+    part = np.concatenate([c[1] for c in cols])
+    if part.size == 0:
+        return []
+    item = np.concatenate([c[2] for c in cols])
+    qix = np.concatenate([np.full(c[2].size, j, np.int64) for j, c in enumerate(cols)])
+    order = np.argsort(part, kind="stable")
+    part, item, qix = part[order], item[order], qix[order]
+    cuts = np.flatnonzero(np.diff(part)) + 1
+    msgs = []
+    for lo, hi in zip([0] + cuts.tolist(), cuts.tolist() + [part.size]):
+        ids, inv = np.unique(item[lo:hi], return_inverse=True)
+        counts = np.zeros((len(cols), ids.size), np.int64)
+        np.add.at(counts, (qix[lo:hi], inv), 1)
+        msgs.append(encode_counts(seq, int(part[lo]), [c[0] for c in cols], items.names(ids), counts))
+    return msgs
+
+
+def merge_counts_messages(msgs: list[bytes], table) -> dict:
+    """The coordinator's merge: decode every (window, partition) message, intern its items (the coordinator's own
+    name table, in partition order), sum the counts per item: query id → (item ids, counts > 0)."""
+    if not msgs:
+        return {}
+    ids_all, cols_all, qids = [], [], []
+    for m in msgs:
+        if m[:4] != COUNTS_MAGIC:
+            raise ValueError("not a counts message")
+        (n_head,) = struct.unpack_from("<I", m, 4)
+        head = orjson.loads(m[8:8 + n_head])
+        qids = head["queries"]
+        ids_all.append(table.ids(head["items"]))
+        cols_all.append(np.frombuffer(m, dtype="<i8", offset=8 + n_head).reshape(len(qids), len(head["items"])))
+    uniq, inv = np.unique(np.concatenate(ids_all), return_inverse=True)
+    cols = np.concatenate(cols_all, axis=1)
+    out = {}
+    for j, q in enumerate(qids):
+        c = np.bincount(inv, weights=cols[j], minlength=uniq.size).astype(np.int64)
+        nz = c > 0
+        out[q] = (uniq[nz], c[nz])
+    return out
+
+
+def coordinator_state(queries) -> bytes:
+    """What the coordinator would checkpoint after a close: its mechanisms' state, encoded as the engine's
+    snapshot is — the query state without the per-user bounder state (stage A keeps it: DECISIONS table)."""
+    from streamdp.engine import state_codec
+
+    return state_codec.encode({q.id: ({"tree": q.tree.to_bytes()} if hasattr(q, "bounder") and hasattr(q, "tree")
+                                      else q.state()) for q in queries})
+
+
+def check_merge(merged: dict, table, reservations, queries, admitted, items) -> None:
+    """The merged counts are, item by item (by name), what each count query's ``release`` counts from the admitted
+    bounded pairs: the messages carry everything the count kinds' releases use."""
+    for q, r in zip(queries, reservations):
+        got = admitted_pairs(r, admitted)
+        if got is None:
+            continue
+        ids, c = np.unique(got[1], return_counts=True)
+        want = dict(zip(items.names(ids), c.tolist()))
+        mi, mc = merged.get(q.id, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        if dict(zip(table.names(mi), mc.tolist())) != want:
+            raise AssertionError(f"the counts messages of {q.id} do not add up to its release's counts")
+
+
+async def stages_run(cfg, store_url: str, n: int) -> dict:
+    """The ``all`` worker's work on the input topic, serially in this thread, cut by the stage each part belongs
+    to in the split: the worker's fetch path (aiokafka with the lean fetch, ``split_runs``, ``parse_fetched`` with
+    the key check, watermark alignment), the engine's judge/hold (``ReleaseEngine.ingest``) and its window closes
+    against the real Redis store, every engine function timed by its stage (bench_stages.Clock, thread CPU time).
+    Added: stage A's counts messages, built from the admitted bounded pairs, and the coordinator's decode and merge
+    of them (checked against the releases' own counts, off the clock). No checkpoint, no publish."""
+    import redis.connection as redis_connection
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    import streamdp.engine.engine as engine_mod
+    from bench_stages import Clock
+    from streamdp.accounting.cost import budget_vector
+    from streamdp.adapters.kafka.alignment import PartitionAlignment
+    from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, split_runs
+    from streamdp.adapters.kafka.worker import WorkerOptions, parse_fetched
+    from streamdp.bounding.contribution import ContributionBounder
+    from streamdp.engine.engine import ReleaseEngine
+    from streamdp.engine.query import Names
+    from streamdp.engine.stage_a import BoundingDraws
+    from streamdp.filter import open_store
+    from streamdp.mechanisms.binary_tree import UnknownDomainBinaryTree
+    from streamdp.mechanisms.pay_what_you_get import PayWhatYouGet
+    from streamdp.outputs.records import ReleaseRecord
+
+    store = open_store(store_url, budget_vector(cfg.budget))
+    engine = ReleaseEngine(cfg.engine_config(), cfg.build_queries(), store)
+    opts = WorkerOptions.from_config(cfg.kafka)
+    topic = opts.input_topic
+    clock = Clock(STAGE_A + COORD)
+    coord_items = Names()  # the coordinator's own item table
+    coord_items.ids = clock.wrap("intern", coord_items.ids)  # the merge's interning of the messages' item names
+    owners: list = []  # each close's user → partition map (captured below)
+    res_now: list = []  # this close's reservations, in query order
+    stats = {"msgs": 0, "bytes": 0, "admits": 0, "settles": 0, "redis_calls": 0, "admit_rt": 0, "settle_rt": 0,
+             "ckpt_bytes": 0}
+
+    # what the engine calls, wrapped by stage; module globals and class attributes are put back at the end
+    saved_mod = {k: getattr(engine_mod, k) for k in ("admit_partition", "settle_parts", "window_digest",
+                                                    "partition_digest", "UserPartitions")}
+    saved_cls = [(c, k, c.__dict__[k]) for c, k in ((UnknownDomainBinaryTree, "step"), (PayWhatYouGet, "release"),
+                                                    (ContributionBounder, "commit_bounded"),
+                                                    (BoundingDraws, "pair_priorities"),
+                                                    (ReleaseRecord, "build"), (ReleaseRecord, "to_bytes"))]
+
+    def capture(*a, **kw):
+        owners.append(saved_mod["UserPartitions"](*a, **kw))
+        return owners[-1]
+
+    admit = clock.wrap("admit", saved_mod["admit_partition"])
+    settle = clock.wrap("settle", saved_mod["settle_parts"])
+
+    def counted_admit(*a, **kw):
+        stats["admits"] += 1
+        k = stats["redis_calls"]
+        try:
+            return admit(*a, **kw)
+        finally:
+            stats["admit_rt"] += stats["redis_calls"] - k
+
+    def counted_settle(store_, parts, *a, **kw):
+        stats["settles"] += sum(1 for p in parts if p.users.size)
+        k = stats["redis_calls"]
+        try:
+            return settle(store_, parts, *a, **kw)
+        finally:
+            stats["settle_rt"] += stats["redis_calls"] - k
+
+    engine_mod.UserPartitions = capture
+    engine_mod.admit_partition = counted_admit
+    engine_mod.settle_parts = counted_settle
+    engine_mod.window_digest = clock.wrap("digest", saved_mod["window_digest"])
+    engine_mod.partition_digest = clock.wrap("digest", saved_mod["partition_digest"])
+    UnknownDomainBinaryTree.step = clock.wrap("mech", saved_cls[0][2])
+    PayWhatYouGet.release = clock.wrap("mech", saved_cls[1][2])
+    ContributionBounder.commit_bounded = clock.wrap("commit", saved_cls[2][2])
+    BoundingDraws.pair_priorities = clock.wrap("draws", saved_cls[3][2])  # keyed hashes of users over Δ0
+    ReleaseRecord.build = staticmethod(clock.wrap("log", ReleaseRecord.build))
+    ReleaseRecord.to_bytes = clock.wrap("log", saved_cls[5][2])
+    for meth in ("put_release", "append_ledger"):
+        setattr(store, meth, clock.wrap("log", getattr(store, meth)))
+    engine._refuse_released = clock.wrap("log", engine._refuse_released)
+    for names in (engine.users, engine.items):
+        for meth in ("ids", "ids_coded"):
+            setattr(names, meth, clock.wrap("names", getattr(names, meth)))
+    build = clock.wrap("counts", build_counts_messages)
+    merge = clock.wrap("merge", merge_counts_messages)
+    check = clock.wrap("measure", check_merge)
+    first_q = engine.queries[0]
+    for q in engine.queries:
+        def prepare(w, draws, _prep=clock.wrap("prepare", q.prepare), _first=q is first_q):
+            if _first:
+                res_now.clear()
+            res_now.append(_prep(w, draws))
+            return res_now[-1]
+
+        def release(w, res, admitted, rng, items, _rel=clock.wrap("release", q.release), _first=q is first_q):
+            if _first:  # the admission is known: stage A's messages, then the coordinator's merge
+                m = build(w.seq, res_now, engine.queries, admitted, owners[-1], items)
+                stats["msgs"] += len(m)
+                stats["bytes"] += sum(len(x) for x in m)
+                check(merge(m, coord_items), coord_items, res_now, engine.queries, admitted, items)
+            return _rel(w, res, admitted, rng, items)
+
+        q.prepare, q.release = prepare, release
+    # Redis round trips of this run: one send per command or pipeline (redis-py), counted at the connection
+    conn_cls = redis_connection.Connection
+    had_send = "send_packed_command" in conn_cls.__dict__
+    send = conn_cls.send_packed_command
+
+    def counted_send(self, *a, **kw):
+        stats["redis_calls"] += 1
+        return send(self, *a, **kw)
+
+    conn_cls.send_packed_command = counted_send
+    close_window = engine.close_window
+    snapshot = clock.wrap("ckpt", coordinator_state)
+
+    def close_and_checkpoint(*a, **kw):  # the coordinator checkpoints its mechanism state after each close
+        out = close_window(*a, **kw)
+        stats["ckpt_bytes"] = len(snapshot(engine.queries))
+        return out
+
+    engine.close_window = close_and_checkpoint
+    ingest = clock.wrap("ingest", engine.ingest)
+    parse = clock.wrap("parse", parse_fetched)
+    close = clock.wrap("close", engine.close_due)
+    flush = clock.wrap("close", engine.flush)
+    align = PartitionAlignment(2.0 * float(cfg.service["window_seconds"]))  # the worker's default skew
+    try:
+        gc.collect()
+        c0 = cpu_seconds()  # every thread of this process (the JSON reader's too)
+        consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka["bootstrap"], enable_auto_commit=False,
+                                    auto_offset_reset="earliest", fetch_max_bytes=opts.fetch_max_bytes,
+                                    max_partition_fetch_bytes=opts.max_partition_fetch_bytes)
+        await consumer.start()
+        lean = install_lean_fetch(consumer)
+        parts = sorted(consumer.partitions_for_topic(topic))
+        tps = [TopicPartition(topic, p) for p in parts]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        engine.register_partitions(parts)
+        got = 0
+        while got < n:
+            t0 = time.thread_time()
+            res = await consumer.getmany(timeout_ms=opts.poll_ms, max_records=opts.batch_max_records)
+            clock.t["fetch"] += time.thread_time() - t0
+            if not any(res.values()):
+                continue
+            chunks = [parse(chunk, topic) for chunk in split_runs(res, opts.batch_max_records)]
+            t0 = time.thread_time()
+            now = time.monotonic()  # the worker's watermark alignment (KafkaWorker._align), part of its fetch path
+            for fetched in chunks:
+                for part in fetched:
+                    align.observe(part.partition, part.parsed.ts, now)
+            pause, resume = align.decide(now)
+            if pause:
+                consumer.pause(*[TopicPartition(topic, p) for p in pause])
+            if resume:
+                consumer.resume(*[TopicPartition(topic, p) for p in resume])
+            engine.windows.pinned = frozenset(align.paused)
+            clock.t["fetch"] += time.thread_time() - t0
+            for fetched in chunks:
+                for part in fetched:
+                    if part.dead:
+                        raise AssertionError("the synthetic events are all valid")
+                    ingest(part.parsed, part.partition)
+                    got += part.offsets.size
+            close()
+        flush()
+        await consumer.stop()
+        cpu = cpu_seconds() - c0
+    finally:
+        for k, v in saved_mod.items():
+            setattr(engine_mod, k, v)
+        for c, k, v in saved_cls:
+            setattr(c, k, v)
+        if had_send:
+            conn_cls.send_packed_command = send
+        else:
+            del conn_cls.send_packed_command
+        store.close()
+    t = dict(clock.t)
+    t["other"] = t.pop("close")  # close time no stage claimed: the window's arrays, per-user totals, merging
+    cpu -= t.pop("measure")  # the merge check
+    coord = sum(t[k] for k in COORD)
+    return {"n": engine.counters.events_in, "cpu": cpu, "stage_a": cpu - coord, "coord": coord,
+            "coord_lower": t["mech"] + t["log"] + t["merge"] + t["intern"] + t["ckpt"],
+            # this process's CPU no wrapped function claimed: the loop, the parser's threads, the wrappers
+            "rest": cpu - sum(t[k] for k in STAGE_A + COORD),
+            "windows": engine.counters.windows_closed, "lean": lean, "admitted": engine.counters.admitted_users,
+            "refused": engine.counters.halted_users, "partitions": len(parts), **stats, **t}
+
+
+def redis_script_usec(url: str) -> float:
+    """Microseconds redis-server has spent in scripts so far (INFO commandstats: EVAL, EVALSHA)."""
+    import redis
+
+    st = redis.Redis.from_url(url).info("commandstats")
+    return float(sum(v["usec"] for k, v in st.items() if k in ("cmdstat_eval", "cmdstat_evalsha")))
+
+
+def stages_line(st: dict) -> str:
+    n, wp = st["n"], max(1, st["windows"] * st["partitions"])
+    us = {k: 1e6 * st[k] / n for k in STAGE_A + COORD + ("rest", "stage_a", "coord", "coord_lower")}
+    return (f"stages: CPU µs/event: stage A {us['stage_a']:.2f} ("
+            + ", ".join(f"{k} {us[k]:.2f}" for k in STAGE_A + ("rest",))
+            + f"); coordinator {us['coord']:.3f} (" + ", ".join(f"{k} {us[k]:.3f}" for k in COORD)
+            + f"; without release {us['coord_lower']:.3f}; last state {st['ckpt_bytes']:,} B); "
+            f"counts messages {st['bytes'] / n:.1f} B/event, "
+            f"{st['msgs']} in {st['windows']} windows, users admitted {st['admitted']:,} / refused "
+            f"{st['refused']:,}; per (window, partition): {st['admits'] / wp:.2f} admits, "
+            f"{st['settles'] / wp:.2f} settles, Redis round trips {st['admit_rt'] / wp:.2f} admitting, "
+            f"{st['settle_rt'] / wp:.2f} settling, {st['redis_calls'] / wp:.1f} in all, Redis script time "
+            f"{st['script_usec'] / n:.2f} µs/event; CPU s (python, tansu, "
+            f"redis) {'/'.join(f'{x:.2f}' for x in st['proc_cpu'])}; lean fetch {st['lean']}")
+
+
+def stages_medians(runs, n: int) -> dict:
+    """Medians over the rounds of the per-stage figures (µs per input event) and of their ratios to the same
+    round's raw getmany and ``all`` worker (Python process CPU per event incl. start, both)."""
+    med = statistics.median
+    sts = [r[2]["stages"] for r in runs]
+    m = {k: med(1e6 * s[k] / s["n"] for s in sts) for k in STAGE_A + COORD + ("rest", "stage_a", "coord",
+                                                                              "coord_lower")}
+    m["raw"] = med(1e6 * r[3][0] / n for r in runs)
+    m["all"] = med(1e6 * r[2]["cpu"][0] / n for r in runs)
+    tiny = 1e-9  # toy sizes: a process may not have been charged a tick
+    m["a_raw"] = [s["stage_a"] / max(tiny, r[3][0]) for s, r in zip(sts, runs)]  # ingest CPU / raw CPU, per round
+    m["c_all"] = [s["coord"] / max(tiny, r[2]["cpu"][0]) for s, r in zip(sts, runs)]
+    m["cl_all"] = [s["coord_lower"] / max(tiny, r[2]["cpu"][0]) for s, r in zip(sts, runs)]
+    # a stricter denominator: the serial run's whole CPU (today's code without start, checkpoints, publishing)
+    m["c_serial"] = [s["coord"] / max(tiny, s["cpu"]) for s in sts]
+    m["bytes"] = med(s["bytes"] / s["n"] for s in sts)
+    m["redis"] = max(1e-6, med(1e6 * s["proc_cpu"][2] / s["n"] for s in sts))
+    m["tansu"] = med(1e6 * s["proc_cpu"][1] / s["n"] for s in sts)
+    wp = [max(1, s["windows"] * s["partitions"]) for s in sts]
+    m["admits"] = med(s["admits"] / x for s, x in zip(sts, wp))
+    m["settles"] = med(s["settles"] / x for s, x in zip(sts, wp))
+    m["calls"] = med(s["redis_calls"] / x for s, x in zip(sts, wp))
+    m["admit_rt"] = med(s["admit_rt"] / x for s, x in zip(sts, wp))
+    m["settle_rt"] = med(s["settle_rt"] / x for s, x in zip(sts, wp))
+    m["script"] = med(s["script_usec"] / s["n"] for s in sts)
+    m["windows"], m["partitions"] = sts[0]["windows"], sts[0]["partitions"]
+    return m
+
+
+def stages_rows(runs, n: int) -> list[tuple[str, str]]:
+    m = stages_medians(runs, n)
+    med = statistics.median
+    return [
+        ("stages: raw getmany, python CPU µs/event (as above)", f"{m['raw']:.2f}"),
+        ("stages: `all` worker, python CPU µs/event (as above)", f"{m['all']:.2f}"),
+        ("stages: ingest worker (stage A) CPU µs/event", f"{m['stage_a']:.2f}"),
+        ("stages: ratio ingest / raw CPU per event, median (target ≤ 2)", f"{med(m['a_raw']):.2f}"),
+        ("stages: ratio ingest / raw, min … max", f"{min(m['a_raw']):.2f} … {max(m['a_raw']):.2f}"),
+        ("stages: ingest throughput / raw, per core (target ≥ 0.5)", f"{1 / med(m['a_raw']):.2f}"),
+        ("stages: coordinator CPU µs/event (release+log+merge+state)", f"{m['coord']:.3f}"),
+        ("stages: ratio coordinator / `all` worker, median (target ≤ 0.1)", f"{med(m['c_all']):.3f}"),
+        ("stages: ratio coordinator / `all` worker, min … max", f"{min(m['c_all']):.3f} … {max(m['c_all']):.3f}"),
+        ("stages: ratio coordinator / whole serial run (A + coord.)", f"{med(m['c_serial']):.3f}"),
+        ("stages: coordinator without `release`, µs/event", f"{m['coord_lower']:.3f}"),
+        ("stages: ratio of that / `all` worker, median", f"{med(m['cl_all']):.3f}"),
+        ("stages: counts messages stage A → coordinator, B/event", f"{m['bytes']:.1f}"),
+        ("stages: per (window, partition): admits / settles", f"{m['admits']:.2f} / {m['settles']:.2f}"),
+        ("stages: per (window, partition): round trips admit / settle / all",
+         f"{m['admit_rt']:.2f} / {m['settle_rt']:.2f} / {m['calls']:.1f}"),
+        ("stages: Redis script time, µs/event (INFO commandstats)", f"{m['script']:.2f}"),
+        ("stages: redis-server / tansu CPU µs/event (stages run)", f"{m['redis']:.2f} / {m['tansu']:.2f}"),
+    ]
+
+
+def capacity_model(runs, n: int) -> str:
+    """min(N·R_ingest, R_coord) with R = 10⁶ / (CPU µs per input event) on one core each, from the medians."""
+    m = stages_medians(runs, n)
+    r_in, r_co, r_lo = (1e6 / max(1e-6, m[k]) for k in ("stage_a", "coord", "coord_lower"))
+    per = n / max(1, m["windows"]) / max(1, m["partitions"])
+    lines = [
+        "capacity model (CPU per input event on one core per process, medians of this run):",
+        f"  R_ingest = 1e6 / {m['stage_a']:.2f} µs = {r_in:,.0f} events/s per ingest machine (one core)",
+        f"  R_coord  = 1e6 / {m['coord']:.3f} µs = {r_co:,.0f} events/s (without the rest of today's `release`, "
+        f"i.e. mechanisms + log + merge + state only: 1e6 / {m['coord_lower']:.3f} = {r_lo:,.0f})",
+        f"  system(N, S) = min(N × {r_in:,.0f}, {r_co:,.0f}, S × R_redis) events/s (N ingest machines, S Redis "
+        "primaries): the coordinator saturates at "
+        f"N = R_coord / R_ingest = {r_co / r_in:.1f} ingest machines ({r_lo / r_in:.1f} with the lower figure)",
+        f"  Redis: per (window, partition) {m['admits']:.2f} admit call(s) in {m['admit_rt']:.2f} round trips, "
+        f"{m['settles']:.2f} settle call(s) in {m['settle_rt']:.2f} "
+        f"({m['calls']:.1f} round trips in all with the release log and ledger); redis-server "
+        f"{m['redis']:.2f} µs/event: R_redis = {1e6 / m['redis']:,.0f} events/s per Redis core = "
+        f"{m['stage_a'] / m['redis']:.1f} ingest machines (a Redis Cluster: that per primary if the admits spread "
+        "evenly over the hash slots)",
+        f"  valid at {per:,.0f} events per (window, partition) and this workload: the coordinator's work grows "
+        "with the windows' distinct items, not with events, so its per-event figure falls as windows fill",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--ingest-child":
         return ingest_child(sys.argv[2:])
@@ -359,6 +775,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batch", type=int, default=5000)
     ap.add_argument("--users", type=int, default=50_000)
+    ap.add_argument("--items", type=int, default=20_000, help="item names (Zipf over them)")
+    ap.add_argument("--zipf", type=float, default=1.3, help="Zipf exponent of the items (smaller: longer tail)")
     ap.add_argument("--repeat", type=int, default=3, help="raw + worker runs, interleaved; medians are reported")
     ap.add_argument("--prefetch", type=int, default=None, help="WorkerOptions.prefetch_batches")
     ap.add_argument("--fetch-max-bytes", type=int, default=None, help="WorkerOptions.fetch_max_bytes")
@@ -366,6 +784,9 @@ def main() -> None:
     ap.add_argument("--no-offload", action="store_true", help="WorkerOptions.offload = False")
     ap.add_argument("--faust", action="store_true")
     ap.add_argument("--staged", action="store_true", help="also measure stage A (ingest) and the coordinator")
+    ap.add_argument("--stages", action="store_true",
+                    help="also measure CPU per event by stage of the split (ingest worker / coordinator, issue 29)")
+    ap.add_argument("--rho", type=float, default=4.0, help="every user's zCDP budget (how many windows admit them)")
     ap.add_argument("--faust-timeout", type=float, default=180)
     args = ap.parse_args()
 
@@ -376,7 +797,7 @@ def main() -> None:
     from streamdp.input.sources import synthetic_events
 
     windows = 20
-    payloads = list(synthetic_events(n_users=args.users, n_items=20_000, windows=windows,
+    payloads = list(synthetic_events(n_users=args.users, n_items=args.items, zipf_a=args.zipf, windows=windows,
                                      events_per_window=args.events // windows, window_seconds=3600.0,
                                      origin=1_700_000_000.0))
     n = len(payloads)
@@ -426,6 +847,15 @@ def main() -> None:
                       f"{co['eps_steady']:,.0f} events/s (ratio to raw {co['eps_steady'] / raw_steady:.2f}); "
                       f"coordinator CPU s (python, tansu, redis) {'/'.join(f'{x:.2f}' for x in w['coord_cpu'])}",
                       flush=True)
+            if args.stages:
+                redis.Redis.from_url(store_url).flushdb()
+                quiet_gc()
+                c4, us0 = cpu(), redis_script_usec(store_url)
+                st = asyncio.run(stages_run(cfg, store_url, n))
+                st["proc_cpu"] = [b - a for a, b in zip(c4, cpu())]
+                st["script_usec"] = redis_script_usec(store_url) - us0
+                w["stages"] = st
+                print("  " + stages_line(st), flush=True)
             # the ceiling of any one-process worker on this machine, in the same round: the embedded pipeline on
             # the same payloads (parse → engine → releases, in-memory store, no broker, no checkpoint), and the
             # parse alone — what a worker does besides fetching, checkpointing and publishing
@@ -450,7 +880,8 @@ def main() -> None:
     lat = sorted(w["lat"]) or [float("nan")]
     print(f"\nKafka worker benchmark — {n:,} events, {args.partitions} partitions, batches of {args.batch}, "
           f"{os.cpu_count()} cores, tansu + redis-server on loopback; median of {len(runs)} interleaved runs; "
-          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")
+          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; {args.users:,} users, items "
+          f"Zipf({args.zipf:g}) over {args.items:,}, budget zCDP ρ = {args.rho:g} per user")
     print(f"{'measure':58s} {'value':>14s}")
     rows = [
         ("produce (streamdp replay path), events/s", f"{n / t_prod:,.0f}"),
@@ -492,6 +923,8 @@ def main() -> None:
                  ("staged: 1 ingest + coordinator at once, events/s", f"{med(r[2]['conc_eps'] for r in runs):,.0f}"),
                  ("staged: ratio (1 ingest + coordinator) / raw, median",
                   f"{med(r[2]['conc_eps'] / r[0] for r in runs):.2f}")]
+    if args.stages:
+        rows += stages_rows(runs, n)
     if args.faust:
         rows.append(("faust-streaming agent stream.take, events/s",
                      f"{fa['eps']:,.0f}" if fa else "did not finish"))
@@ -499,6 +932,8 @@ def main() -> None:
             rows.append(("ratio faust / raw aiokafka", f"{fa['eps'] / raw_steady:.2f}"))
     for k, v in rows:
         print(f"{k:58s} {v:>14s}")
+    if args.stages:
+        print(capacity_model(runs, n))
 
 
 if __name__ == "__main__":

@@ -49,8 +49,11 @@ STAGES = ("stage_a", "names", "digest", "coordinator", "other")
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.t = {k: 0.0 for k in STAGES + ("close", "measure")}
+    """CPU seconds of this thread (``time.thread_time``) per stage, by wrapping functions (``bench_kafka_worker
+    --stages`` uses it with its own stage names)."""
+
+    def __init__(self, stages=STAGES) -> None:
+        self.t = {k: 0.0 for k in tuple(stages) + ("close", "measure")}
         self.stack: list[str] = []
 
     def wrap(self, stage: str, fn):
@@ -63,7 +66,7 @@ class Clock:
             finally:
                 self.stack.pop()
                 dt = time.thread_time() - t0
-                self.t[stage] += dt
+                self.t[stage] = self.t.get(stage, 0.0) + dt
                 if self.stack:
                     self.t[self.stack[-1]] -= dt
         return timed
