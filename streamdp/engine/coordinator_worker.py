@@ -35,7 +35,7 @@ import orjson
 from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
-from streamdp.engine.count_halves import check_staged, outcome_info
+from streamdp.engine.count_halves import check_staged, outcome_info, release_merged
 from streamdp.engine.engine import EngineConfig, EngineFailed, ReleaseConflict, WindowSummary, admission_scope
 from streamdp.engine.query import Names, WindowData, WindowQuery
 from streamdp.engine.release_parameters import canonical, check_unchanged, release_parameters
@@ -53,6 +53,38 @@ KEEP_WINDOWS = 4096
 class PartConflict(RuntimeError):
     """A stage A sent a part for a (window, partition) that differs from the one already held or used: the two runs
     of that partition's close disagree (restore the stage A's matching checkpoint)."""
+
+
+def merge_parts(qps: list, gids: list) -> tuple[np.ndarray, np.ndarray, dict]:
+    """One query's per-item arrays over the window's parts (in partition order; ``gids`` each part's dictionary
+    as coordinator ids): (sorted item ids, summed counts, {"sums": summed sum increments, "points": the points
+    concatenated in partition order} — the entries the parts carry). Integer sums: exact in any order."""
+    z = np.zeros(0, dtype=np.int64)
+    ids = np.concatenate([g[qp.codes] for g, qp in zip(gids, qps)]) if qps else z
+    counts = np.concatenate([qp.counts for qp in qps]) if qps else z
+    with_sums = any(qp.sums is not None for qp in qps)
+    sums = np.concatenate([qp.sums if qp.sums is not None else np.zeros(qp.codes.size, np.int64) for qp in qps]) \
+        if with_sums else None
+    if len(qps) > 1:
+        ids, inv = np.unique(ids, return_inverse=True)
+        merged = np.zeros(ids.size, dtype=np.int64)
+        np.add.at(merged, inv, counts)
+        counts = merged
+        if sums is not None:
+            ms = np.zeros(ids.size, dtype=np.int64)
+            np.add.at(ms, inv, sums)
+            sums = ms
+    elif ids.size:
+        order = np.argsort(ids, kind="stable")
+        ids, counts = ids[order], counts[order]
+        sums = None if sums is None else sums[order]
+    extra = {}
+    if sums is not None:
+        extra["sums"] = sums
+    pts = [qp.points for qp in qps if qp.points is not None]
+    if pts:
+        extra["points"] = np.concatenate(pts, axis=0)
+    return ids, counts, extra
 
 
 def _digest(data: bytes) -> str:
@@ -197,17 +229,8 @@ class Coordinator:
             qps = [part.queries[qi] for part in parts]
             if any(qp.query != q.id for qp in qps):
                 raise ValueError(f"window {seq}: a part's queries are not this coordinator's {[x.id for x in self.queries]}")
-            ids = np.concatenate([g[qp.codes] for g, qp in zip(gids, qps)]) if qps else z
-            counts = np.concatenate([qp.counts for qp in qps]) if qps else z
-            if len(qps) > 1:
-                ids, inv = np.unique(ids, return_inverse=True)
-                merged = np.zeros(ids.size, dtype=np.int64)
-                np.add.at(merged, inv, counts)
-                counts = merged
-            elif ids.size:
-                order = np.argsort(ids, kind="stable")
-                ids, counts = ids[order], counts[order]
-            rel, row = q.release_counts(ids, counts, self.rng, self.items)
+            ids, counts, extra = merge_parts(qps, gids)
+            rel, row = release_merged(q, ids, counts, extra, self.rng, self.items)
             released.append((q, qps, rel, row))
         records, infos, settle = [], {}, False
         for q, qps, rel, row in released:
