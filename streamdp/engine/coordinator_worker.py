@@ -57,8 +57,9 @@ class PartConflict(RuntimeError):
 
 def merge_parts(qps: list, gids: list) -> tuple[np.ndarray, np.ndarray, dict]:
     """One query's per-item arrays over the window's parts (in partition order; ``gids`` each part's dictionary
-    as coordinator ids): (sorted item ids, summed counts, {"sums": summed sum increments, "points": the points
-    concatenated in partition order} — the entries the parts carry). Integer sums: exact in any order."""
+    as coordinator ids): (sorted item ids, summed counts, {"sums": summed sum increments, "points" and "order":
+    the points and their order keys concatenated in partition order} — the entries the parts carry). Integer
+    sums: exact in any order; the geo release orders the points by their keys (partition order is irrelevant)."""
     z = np.zeros(0, dtype=np.int64)
     ids = np.concatenate([g[qp.codes] for g, qp in zip(gids, qps)]) if qps else z
     counts = np.concatenate([qp.counts for qp in qps]) if qps else z
@@ -81,9 +82,10 @@ def merge_parts(qps: list, gids: list) -> tuple[np.ndarray, np.ndarray, dict]:
     extra = {}
     if sums is not None:
         extra["sums"] = sums
-    pts = [qp.points for qp in qps if qp.points is not None]
+    pts = [qp for qp in qps if qp.points is not None]
     if pts:
-        extra["points"] = np.concatenate(pts, axis=0)
+        extra["points"] = np.concatenate([qp.points for qp in pts], axis=0)
+        extra["order"] = np.concatenate([qp.order for qp in pts])
     return ids, counts, extra
 
 

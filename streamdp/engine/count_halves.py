@@ -1,14 +1,15 @@
-"""The count kinds and continual_sums cut in two: what stage A keeps and computes per input partition, and what the
-coordinator keeps (docs/DECISIONS.md, "Scale-out: stage A admits").
+"""The count kinds, continual_sums and the geo kinds cut in two: what stage A keeps and computes per input partition,
+and what the coordinator keeps (docs/DECISIONS.md, "Scale-out: stage A admits").
 
-A query of a count kind (window_histogram — both algorithms —, top_k, continual_counts) or continual_sums is one
-object in the single engine. Split, it becomes:
+A query of a count kind (window_histogram — both algorithms —, top_k, continual_counts), continual_sums or a geo
+kind (geo_locations, geo_knn, geo_convex_hull) is one object in the single engine. Split, it becomes:
 
 * a **stage-A half** per (query, input partition) — this module's :class:`StageAHalf` subclasses: the bounding, the
   per-user state (continual_counts' epoch counters of (user, item) pairs, :class:`ContributionBounder`;
   continual_sums' per-user record history, :class:`RecordBounder`), the reservation (``prepare``) and, once the
   filter answered, the per-item counts of the ADMITTED users' contributions (``contribution``; continual_sums also
-  their per-key sum increments in grid units), which are all the coordinator needs of the data. Each half reads
+  their per-key sum increments in grid units; the geo kinds each admitted located user's bounded planar point and
+  its order key, no user id), which are all the coordinator needs of the data. Each half reads
   the query object for its configuration only (costs, Δ0, C, k, the public Gram column), never for its mechanism
   state;
 * the **coordinator half** — the query object itself, whose mechanism state (the binary-mechanism tree of Dwork et
@@ -38,7 +39,8 @@ from streamdp.bounding.record_bounds import RecordBounder
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.pay_what_you_get import PayWhatYouGet
 
-SUPPORTED_KINDS = ("window_histogram", "top_k", "continual_counts", "continual_sums")
+SUPPORTED_KINDS = ("window_histogram", "top_k", "continual_counts", "continual_sums", "geo_locations", "geo_knn",
+                   "geo_convex_hull")
 
 
 class UnsupportedKind(ValueError):
@@ -50,7 +52,7 @@ def check_staged(queries: list[WindowQuery], config=None) -> None:
     timeout (a wall-clock close decision the coordinator does not take yet)."""
     bad = [f"{q.id!r} ({q.kind})" for q in queries if q.kind not in SUPPORTED_KINDS]
     if bad:
-        raise UnsupportedKind(f"the staged stage A / coordinator split supports the count kinds "
+        raise UnsupportedKind(f"the staged stage A / coordinator split supports the kinds "
                               f"{', '.join(SUPPORTED_KINDS)} only; not: {', '.join(bad)} (run them in one "
                               "ReleaseEngine)")
     ids = [q.id for q in queries]
@@ -220,8 +222,21 @@ class ContinualSumsStageA(StageAHalf):
         self._mask, self._mask_n = np.zeros(0, dtype=bool), 0
 
 
+class GeoStageA(StageAHalf):
+    """geo_locations, geo_knn, geo_convex_hull (Liang–Yi (CGP)): stateless; each located user reserves the query's
+    fixed cost and, once admitted, contributes their bounded planar window location (folded into the region,
+    summarised by the location rule — a function of their own events) and its order key, no user id. Nothing to
+    settle, nothing back."""
+
+    def contribution(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+        xy, order = self.q.admitted_points(res, admitted)
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, {"points": xy, "order": order}
+
+
+_GEO_KINDS = ("geo_locations", "geo_knn", "geo_convex_hull")
 _HALVES = {"window_histogram": HistogramStageA, "top_k": TopKStageA, "continual_counts": ContinualCountsStageA,
-           "continual_sums": ContinualSumsStageA}
+           "continual_sums": ContinualSumsStageA, **{k: GeoStageA for k in _GEO_KINDS}}
 
 
 def stage_a_half(query: WindowQuery) -> StageAHalf:
@@ -237,6 +252,9 @@ def release_merged(query: WindowQuery, ids: np.ndarray, counts: np.ndarray, extr
     if query.kind == "continual_sums":
         return query.release_increments(ids, counts, extra.get("sums") if query.requires_value else None, rng,
                                         items)
+    if query.kind in _GEO_KINDS:
+        return query.release_points(extra.get("points", np.zeros((0, 2))),
+                                    extra.get("order", np.zeros(0, dtype=np.uint64)), rng), None
     return query.release_counts(ids, counts, rng, items)
 
 

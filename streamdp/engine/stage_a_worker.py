@@ -386,7 +386,7 @@ class StageA:
             qp = QueryPart(q.id, code_of[np.searchsorted(uniq, ids)] if ids.size else np.zeros(0, np.int64),
                            np.asarray(counts, dtype=np.int64), admitted=int(rows.shape[0]),
                            charged=int((rows > 0).any(axis=1).sum()) if rows.size else 0,
-                           sums=extra.get("sums"), points=extra.get("points"))
+                           sums=extra.get("sums"), points=extra.get("points"), order=extra.get("order"))
             if rows.shape[0]:
                 qp.max_cost, qp.min_cost = rows.max(axis=0), rows.min(axis=0)
             qparts.append(qp)

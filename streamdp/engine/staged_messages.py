@@ -61,13 +61,14 @@ class QueryPart:
     max_cost: np.ndarray = field(default_factory=lambda: np.zeros(N_COMPONENTS, dtype=np.int64))
     min_cost: np.ndarray = field(default_factory=lambda: np.zeros(N_COMPONENTS, dtype=np.int64))
     sums: np.ndarray | None = None  # int64 per code: continual_sums' admitted sum increments (grid units)
-    points: np.ndarray | None = None  # float64 (n, 2): the geo kinds' bounded points of admitted users, no ids
+    points: np.ndarray | None = None  # float64 (n, 2): the geo kinds' bounded points of admitted users, no ids …
+    order: np.ndarray | None = None  # … and each point's order key (uint64, a keyed hash: geo.canonical_points)
 
 
 @dataclass
 class PartContribution:
     #: 2 (2026-12-07): per query an optional int64 array of sum increments and an optional (n, 2) float64 array
-    #: of points (continual_sums, the geo kinds); 1: codes and counts only
+    #: of points with their uint64 order keys (continual_sums, the geo kinds); 1: codes and counts only
     VERSION = 2
 
     seq: int
@@ -81,9 +82,9 @@ class PartContribution:
 
     def to_bytes(self) -> bytes:
         """``b"SDPC"``, version, JSON header length, the JSON header (scalars, the item dictionary as one list, per
-        query its id, item count, statistics, whether sums follow and the number of points), then per query its
-        codes and counts as uint32 little-endian, its sums (if any) as int64 little-endian and its points (if any)
-        as float64 little-endian x, y pairs."""
+        query its id, item count, statistics, whether sums follow and the number of points, −1 for none), then per
+        query its codes and counts as uint32 little-endian, its sums (if any) as int64 little-endian and its points
+        (if any) as float64 little-endian x, y pairs followed by their order keys as uint64 little-endian."""
         qs = []
         arrays = []
         for q in self.queries:
@@ -100,7 +101,10 @@ class PartContribution:
             if q.points is not None:
                 pts = np.asarray(q.points, dtype=np.float64).reshape(-1, 2)
                 n_points = int(pts.shape[0])
-                blob += np.ascontiguousarray(pts, dtype="<f8").tobytes()
+                order = np.zeros(n_points, dtype=np.uint64) if q.order is None else np.asarray(q.order)
+                if order.shape != (n_points,):
+                    raise ValueError("part points need one order key each")
+                blob += np.ascontiguousarray(pts, dtype="<f8").tobytes() + order.astype("<u8").tobytes()
             qs.append([q.query, int(codes.size), int(q.admitted), int(q.charged),
                        [int(x) for x in q.max_cost], [int(x) for x in q.min_cost], q.sums is not None,
                        -1 if q.points is None else n_points])
@@ -124,7 +128,7 @@ class PartContribution:
             at += 4 * n
             counts = np.frombuffer(data, dtype="<u4", count=n, offset=at).astype(np.int64)
             at += 4 * n
-            sums = points = None
+            sums = points = order = None
             if has_sums:
                 sums = np.frombuffer(data, dtype="<i8", count=n, offset=at).astype(np.int64)
                 at += 8 * n
@@ -132,8 +136,11 @@ class PartContribution:
                 points = np.frombuffer(data, dtype="<f8", count=2 * n_points, offset=at).astype(np.float64)
                 points = points.reshape(n_points, 2)
                 at += 16 * n_points
+                order = np.frombuffer(data, dtype="<u8", count=n_points, offset=at).astype(np.uint64)
+                at += 8 * n_points
             queries.append(QueryPart(qid, codes, counts, admitted, charged, np.asarray(mx, dtype=np.int64),
-                                     np.asarray(mn, dtype=np.int64), sums, points))
+                                     np.asarray(mn, dtype=np.int64), sums, points,
+                                     order if n_points >= 0 else None))
         if at != len(data):
             raise ValueError("part-contribution message has trailing bytes")
         if any(q.codes.size and q.codes.max() >= len(head["items"]) for q in queries):

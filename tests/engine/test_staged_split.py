@@ -1,4 +1,4 @@
-"""The staged split of the count kinds and continual_sums (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
+"""The staged split of the count kinds, continual_sums and the geo kinds (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
 staged_messages.py; docs/DECISIONS.md "Scale-out: stage A admits") equals one ReleaseEngine.
 
 N = 1, 2, 3 StageA objects owning a split of 4 user-keyed input partitions and one Coordinator, talking in bytes
@@ -101,17 +101,67 @@ value_sigma = 3.0
 SUMS_TREE = SUMS % {"id": "sums", "noise": "tree"} + 'estimator = "plain"\n' + VALUES
 SUMS_OPTIMAL = SUMS % {"id": "sums_opt", "noise": "tree"} + 'estimator = "optimal"\n'
 SUMS_BLT = SUMS % {"id": "sums_blt", "noise": "blt"} + VALUES
+GEO_REGION = """units = "degrees"
+region = [0.0, 10.0, 0.0, 10.0]
+"""
+GEO = """
+[[query]]
+id = "geo"
+kind = "geo_locations"
+mechanism = "cgp"
+rho = 0.5
+location = "last"
+""" + GEO_REGION
+GEO_GP = """
+[[query]]
+id = "geo_gp"
+kind = "geo_locations"
+mechanism = "gp"
+epsilon = 1.0
+neighbourhood = "dist_inf"
+location = "mean"
+""" + GEO_REGION
+KNN = """
+[[query]]
+id = "knn"
+kind = "geo_knn"
+k = 3
+rho = 20.0
+points = [[5.0, 5.0], [2.0, 8.0]]
+location = "first"
+""" + GEO_REGION
+HULL = """
+[[query]]
+id = "hull"
+kind = "geo_convex_hull"
+rho = 20.0
+k = 16
+location = "last"
+""" + GEO_REGION
 CONFIGS = {"continual_counts": CC, "top_k": TOPK, "threshold": HIST, "top_kbar": KBAR,
            "mixed": CC + TOPK + HIST + KBAR, "sums_tree": SUMS_TREE, "sums_optimal": SUMS_OPTIMAL,
-           "sums_blt": SUMS_BLT, "mixed_sums": TOPK + SUMS_BLT + CC + SUMS_OPTIMAL}
+           "sums_blt": SUMS_BLT, "mixed_sums": TOPK + SUMS_BLT + CC + SUMS_OPTIMAL,
+           "geo": GEO + GEO_GP, "geo_knn": KNN, "geo_hull": HULL, "mixed_geo": CC + GEO + KNN + HULL}
 # budgets at which some users are halted part-way and others are not
 RHO = {"continual_counts": 60, "top_k": 10, "threshold": 8, "top_kbar": 8, "mixed": 80, "sums_tree": 150,
-       "sums_optimal": 20, "sums_blt": 60, "mixed_sums": 150}
+       "sums_optimal": 20, "sums_blt": 60, "mixed_sums": 150, "geo": 1, "geo_knn": 1, "geo_hull": 1,
+       "mixed_geo": 60}
+# the geo configurations' cgp_rho budget per m² (a few windows' located cost)
+CGP = {"geo": 8e-10, "geo_knn": 1.5e-8, "geo_hull": 1.5e-8, "mixed_geo": 3e-8}
 
 
 def valued(name):
     """The configuration has a query with a value range: its stream carries values."""
     return "value_range" in CONFIGS[name]
+
+
+def located(name):
+    """The configuration has a geo query: its stream carries locations."""
+    return name in CGP
+
+
+def data(seed, name):
+    return stream(seed, values=valued(name), locs=located(name))
 
 
 @pytest.fixture(autouse=True)
@@ -123,16 +173,20 @@ def _quiet():
 
 def config(name, rho=None):
     text = SERVICE % {"rho": RHO[name] if rho is None else rho} + CONFIGS[name]
+    if name in CGP:
+        text = text.replace("[budget]\n", f"[budget]\ncgp_rho = {CGP[name]}\n")
     return parse_config(tomllib.loads(text), log_warnings=False)
 
 
-def stream(seed, n_events=700, n_users=40, n_items=12, span=110.0, values=False):
+def stream(seed, n_events=700, n_users=40, n_items=12, span=110.0, values=False, locs=False):
     """Per partition its records in offset order (user k on partition k % P); up to four items per event from a
     skewed popularity (a few items pass top_k's threshold), several events per user and window (Δ0 = 2 bites),
     disorder and late events; 11 windows (3 epochs of 4). ``values``: each event a value in [−2, 12] (clamped to
     continual_sums' [0, 10]), 5 % without one (``missing_value`` when they have items), drawn from their own
-    generator (the events are those of ``values=False``)."""
+    generator (the events are those of ``values=False``). ``locs``: 80 % of the events a [lat, lon] in
+    [−1, 11]², some outside the geo region [0, 10]² (folded into it), from a third generator."""
     vg = np.random.default_rng(seed + 1000)
+    lg = np.random.default_rng(seed + 2000)
     rng = np.random.default_rng(seed)
     pop = 1.0 / np.arange(1, n_items + 1) ** 1.5
     pop /= pop.sum()
@@ -148,6 +202,8 @@ def stream(seed, n_events=700, n_users=40, n_items=12, span=110.0, values=False)
         d = {"user": f"u{u}", "ts": ts, "items": list(dict.fromkeys(items))}
         if values and vg.random() >= 0.05:
             d["value"] = round(float(vg.uniform(-2.0, 12.0)), int(vg.integers(0, 7)))
+        if locs and lg.random() < 0.8:
+            d["loc"] = [round(float(x), 4) for x in lg.uniform(-1.0, 11.0, 2)]
         parts[u % P].append(orjson.dumps(d))
     return parts
 
@@ -426,7 +482,7 @@ def _check_reference_is_interesting(name, ref):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_n_stages_and_a_coordinator_equal_one_engine(name, n):
-    parts = stream(1, values=valued(name))
+    parts = data(1, name)
     ref = reference(name, parts)
     _check_reference_is_interesting(name, ref)
     for seed in range(2):
@@ -435,12 +491,12 @@ def test_n_stages_and_a_coordinator_equal_one_engine(name, n):
         assert got[1:] == ref[1:], (name, n, seed)
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts", "sums_blt", "mixed_sums"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts", "sums_blt", "mixed_sums", "mixed_geo"])
 def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     """Stages and the coordinator restart from their last snapshots at random points (stage A re-reads its input
     from the snapshot's offsets, the coordinator the internal topic from its positions); one partition moves
     between stages. The same releases and the same spend: every replayed admit is a copy, nothing charged twice."""
-    parts = stream(2, values=valued(name))
+    parts = data(2, name)
     ref = reference(name, parts)
     crashes = replayed = 0
     for seed in range(3):
@@ -456,12 +512,12 @@ def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     assert crashes >= 5 and replayed >= 5  # windows were admitted again after restarts, and charged nothing
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo"])
 def test_store_failures_part_way_are_restored_and_charge_once(name):
     """The store fails at random admits, settles, release-log writes and ledger appends — before the call or after
     it took effect (a lost reply). The failed stage refuses further work until restored (EngineFailed), restarts
     from its last snapshot and re-reads its input: the same releases and spend as one engine."""
-    parts = stream(5, values=valued(name))
+    parts = data(5, name)
     ref = reference(name, parts)
     failures = 0
     for seed in range(3):
@@ -493,11 +549,11 @@ def test_a_failed_step_refuses_further_work_until_restored():
     assert a.ingest(parse_batch(evs)[0], 0) == []
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums", "mixed_geo"])
 def test_stages_ending_their_input_at_different_times_close_alike(name):
     """A stage whose partitions are read to the end flushes (final markers) while the others still ingest: the
     windows past its watermark close as the engine's flush closes them (closed_by end_of_input), no earlier."""
-    parts = stream(3, values=valued(name))
+    parts = data(3, name)
     ref = reference(name, parts)
     assert any(orjson.loads(r)["closed_by"] == "end_of_input" for r in ref[0])
     for seed in range(3):
@@ -574,13 +630,13 @@ def test_in_production_each_partition_draws_its_own_bounding_key_and_keeps_it():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["mixed", "mixed_sums"])
+@pytest.mark.parametrize("name", ["mixed", "mixed_sums", "mixed_geo"])
 def test_on_a_redis_cluster_the_stages_equal_one_engine_on_the_memory_store(redis_cluster_url, name):
     """Each stage and the coordinator with its own client of a 3-primary Redis Cluster (as separate processes),
     with a crash and a rebalance, against one engine on the in-memory store."""
     from streamdp.filter.redis_store import RedisBudgetStore
 
-    parts = stream(4, values=valued(name))
+    parts = data(4, name)
     ref = reference(name, parts)
     budget = budget_vector(config(name).budget)
     bus = Bus(name, parts, OWNERS[3], seed=300, crash=0.02, rebalance=True,
@@ -688,13 +744,15 @@ def test_messages_round_trip_compactly_and_refuse_other_versions():
     assert back.queries[0].sums is None and back.queries[0].points is None
     # continual_sums' signed sum increments (int64) and the geo kinds' points (float64 pairs) ride along
     qs = QueryPart("s", np.array([1, 0]), np.array([3, 2]), sums=np.array([-(2 ** 40), 7]))
-    qg = QueryPart("g", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.array([[0.1, -2.5], [1e300, 3.0]]))
+    qg = QueryPart("g", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.array([[0.1, -2.5], [1e300, 3.0]]),
+                   order=np.array([2 ** 64 - 1, 5], dtype=np.uint64))
     qe = QueryPart("e", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.zeros((0, 2)))
     two = PartContribution(seq=1, partition=0, events=5, admitted=2, refused=0, dropped_events=0, items=["a", "b"],
                            queries=[qs, qg, qe])
     back = decode(two.to_bytes())
     assert back.queries[0].sums.tolist() == [-(2 ** 40), 7] and back.queries[1].sums is None
     assert back.queries[1].points.tolist() == [[0.1, -2.5], [1e300, 3.0]]
+    assert back.queries[1].order.tolist() == [2 ** 64 - 1, 5] and back.queries[2].order.size == 0
     assert back.queries[2].points.shape == (0, 2) and back.queries[0].points is None
     assert back.to_bytes() == two.to_bytes()
     assert PartContribution.VERSION == 2
@@ -777,3 +835,25 @@ def test_continual_sums_a_user_at_budget_is_dropped_end_to_end():
         q = p.queries[0]
         assert [p.items[c] for c in q.codes] == ["x"] and q.counts.tolist() == [3]
         assert q.sums.tolist() == [3 * round(1.0 / cfg.build_queries()[0].grid)]
+
+
+def test_geo_a_user_at_budget_is_dropped_end_to_end():
+    """The budget holds one window's location cost (and a half): a user located in every window is refused from
+    window 2 on, and their point no longer crosses — the parts carry the admitted users' points only, no user id;
+    the releases and spend equal the engine's."""
+    name = "geo"
+    cfg = config(name)
+    cost = cfg.build_queries()[0].cost.cgp_rho * 2  # the two geo queries of the configuration
+    text = (SERVICE % {"rho": 1} + CONFIGS[name]).replace("[budget]\n", f"[budget]\ncgp_rho = {1.5 * cost!r}\n")
+    cfg = parse_config(tomllib.loads(text), log_warnings=False)
+    ev = lambda u, t, loc: orjson.dumps({"user": u, "ts": t, "loc": loc})  # noqa: E731
+    evs = [ev("greedy", 1.0 + w * 10, [5.0, 5.0]) for w in range(3)]
+    evs += [ev(f"u{w}-{k}", 2.0 + w * 10 + k, [1.0 + k, 2.0 + w]) for w in range(3) for k in range(3)]
+    evs.sort(key=lambda b: orjson.loads(b)["ts"])
+    ref, ref_spend, got, spend, parts = _engine_and_staged(cfg, [evs[:7], evs[7:]], [[0], [1]])
+    assert got == ref and spend == ref_spend
+    assert ref_spend["greedy"][1] and not any(h for u, (_, h) in ref_spend.items() if u != "greedy")
+    greedy_windows = {p.seq: p for p in parts if [5.0, 5.0] in p.queries[0].points.tolist()}
+    assert sorted(greedy_windows) == [1]  # greedy's point crossed in window 1 only
+    assert sum(p.queries[0].points.shape[0] for p in parts) == 10 and all(p.queries[0].order.size ==
+                                                                         p.queries[0].points.shape[0] for p in parts)
