@@ -59,3 +59,18 @@ def test_a_users_charge_does_not_depend_on_the_order_of_their_keys():
     got = {window_charges(users, j, prior[list(p)], 0.0, sigma)[1].tobytes()
            for p in ([0, 1, 2], [2, 1, 0], [1, 0, 2], [2, 0, 1])}
     assert len(got) == 1
+
+
+def test_charges_of_several_users_are_invariant_under_any_order_of_their_keys():
+    g = np.random.default_rng(5)
+    sizes = [1, 2, 5, 3, 7, 2]
+    users = np.repeat(np.arange(len(sizes), dtype=np.int64) * 3, sizes)
+    j = g.integers(1, 4, users.size)
+    prior = g.random(users.size) * 10.0 ** g.integers(-3, 3, users.size)
+    a = g.normal(size=users.size)
+    xg = g.random(users.size)
+    base = window_charges(users, j, prior, 0.7, 1.3, a, xg, 2.1)
+    for _ in range(20):  # shuffle the pairs within each user (their keys interned in another order)
+        perm = np.concatenate([g.permutation(np.flatnonzero(users == u)) for u in np.unique(users)])
+        got = window_charges(users, j[perm], prior[perm], 0.7, 1.3, a[perm], xg[perm], 2.1)
+        assert got[0].tolist() == base[0].tolist() and got[1].tobytes() == base[1].tobytes()
