@@ -1,5 +1,6 @@
-"""The order in which the geo kinds hand their users' points to the mechanism (streamdp/engine/queries/geo.py
-``canonical_points``, streamdp/engine/stage_a.py ``user_order_key``; docs/DECISIONS.md "Scale-out: stage A admits",
+"""The order in which the geo kinds and the adaptive point kinds (range_counts, kde_point, knn_point) hand their
+users' points to the mechanism (streamdp/engine/queries/geo.py ``canonical_points``, range_counts.py
+``release_window``, streamdp/engine/stage_a.py ``user_order_key``; docs/DECISIONS.md "Scale-out: stage A admits",
 geo kinds): ascending keyed hashes of (query, window, user name) under Kb — not the interned user ids, which follow
 other users' data (and differ between the single engine and a stage A's partition-local tables).
 
@@ -67,6 +68,37 @@ region = [0.0, 10.0, 0.0, 10.0]
 """
 
 
+ADAPTIVE = """
+[[query]]
+id = "rc"
+kind = "range_counts"
+budget_rho = 0.01
+units = "km"
+projection = "equirectangular"
+region = [0.0, 10.0, 0.0, 10.0]
+rounds = 3
+queries = [ { window = 2, rect = [5.0, 5.0, 400.0, 400.0] } ]
+[[query]]
+id = "kde"
+kind = "kde_point"
+bandwidth = 200.0
+budget_rho = 0.01
+units = "km"
+projection = "equirectangular"
+region = [0.0, 10.0, 0.0, 10.0]
+queries = [{ window = 2, point = [5.0, 5.0] }]
+[[query]]
+id = "kp"
+kind = "knn_point"
+k = 2
+budget_rho = 0.01
+units = "km"
+projection = "equirectangular"
+region = [0.0, 10.0, 0.0, 10.0]
+queries = [{ window = 2, point = [5.0, 5.0] }]
+"""
+
+
 def recipe(kb: bytes, query: str, seq: int, user: str) -> int:
     parts = [query.encode(), seq.to_bytes(8, "little", signed=True), user.encode()]
     msg = b"".join(len(x).to_bytes(4, "little") + x for x in parts)
@@ -86,10 +118,10 @@ def test_the_order_key_is_the_documented_keyed_hash():
     assert BoundingDraws(kb, 6, users, Names()).for_query("geo").user_order_keys(ids).tolist() != got.tolist()
 
 
-def _run(first_window_users: list[str]) -> list[bytes]:
+def _run(first_window_users: list[str], text: str = CFG) -> list[bytes]:
     """Window 1: ``first_window_users`` without locations (they only intern user ids); window 2: the same located
     users whatever window 1 was."""
-    cfg = parse_config(tomllib.loads(CFG), log_warnings=False)
+    cfg = parse_config(tomllib.loads(text), log_warnings=False)
     e = ReleaseEngine(cfg.engine_config(), cfg.build_queries(), MemoryBudgetStore(budget_vector(cfg.budget)))
     evs = [orjson.dumps({"user": u, "ts": 1.0 + k}) for k, u in enumerate(first_window_users)]
     g = np.random.default_rng(3)
@@ -107,6 +139,14 @@ def test_a_window_releases_the_same_whatever_order_its_users_were_interned_in():
     c = _run(["x"] + names[5:] + names[:5])
     assert len(a) == 6 and orjson.loads(a[3])["values"]["users"] == 12
     assert a == b == c
+
+
+def test_an_adaptive_window_releases_the_same_whatever_order_its_users_were_interned_in():
+    text = CFG[:CFG.index("[[query]]")] + ADAPTIVE
+    names = [f"u{k}" for k in range(12)]
+    a = _run(names, text)
+    assert len(a) == 6 and [orjson.loads(r)["values"]["users"] for r in a[3:]] == [12, 12, 12]
+    assert a == _run(names[::-1], text) == _run(["x"] + names[5:] + names[:5], text)
 
 
 def test_the_canonical_order_is_a_uniform_permutation_independent_of_the_values():
