@@ -55,7 +55,7 @@ class PartConflict(RuntimeError):
     of that partition's close disagree (restore the stage A's matching checkpoint)."""
 
 
-def merge_parts(qps: list, gids: list) -> tuple[np.ndarray, np.ndarray, dict]:
+def merge_parts(qps: list, gids: list, partitions: list | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """One query's per-item arrays over the window's parts (in partition order; ``gids`` each part's dictionary
     as coordinator ids): (sorted item ids, summed counts, {"sums": summed sum increments, "points" and "order":
     the points and their order keys concatenated in partition order} — the entries the parts carry). Integer
@@ -82,10 +82,14 @@ def merge_parts(qps: list, gids: list) -> tuple[np.ndarray, np.ndarray, dict]:
     extra = {}
     if sums is not None:
         extra["sums"] = sums
-    pts = [qp for qp in qps if qp.points is not None]
+    pts = [k for k, qp in enumerate(qps) if qp.points is not None]
     if pts:
-        extra["points"] = np.concatenate([qp.points for qp in pts], axis=0)
-        extra["order"] = np.concatenate([qp.order for qp in pts])
+        extra["points"] = np.concatenate([qps[k].points for k in pts], axis=0)
+        extra["order"] = np.concatenate([qps[k].order for k in pts])
+        if partitions is not None:  # which partition sent each point (in order): per-point answers go back to it
+            extra["point_parts"] = [(int(partitions[k]), int(qps[k].points.shape[0])) for k in pts]
+        if any(qps[k].point_ints is not None for k in pts):
+            extra["point_ints"] = np.concatenate([qps[k].point_ints for k in pts], axis=0)
     return ids, counts, extra
 
 
@@ -231,13 +235,19 @@ class Coordinator:
             qps = [part.queries[qi] for part in parts]
             if any(qp.query != q.id for qp in qps):
                 raise ValueError(f"window {seq}: a part's queries are not this coordinator's {[x.id for x in self.queries]}")
-            ids, counts, extra = merge_parts(qps, gids)
+            ids, counts, extra = merge_parts(qps, gids, [part.partition for part in parts])
+            extra["seq"] = seq
             rel, row = release_merged(q, ids, counts, extra, self.rng, self.items)
             released.append((q, qps, rel, row))
         records, infos, settle = [], {}, False
         for q, qps, rel, row in released:
             n_adm = sum(qp.admitted for qp in qps)
-            if row is not None:  # settled to the same row for every admitted user of the query
+            if isinstance(row, dict):  # per-user actual costs (the adaptive kinds): the ledger's and settle's rows
+                actual = np.asarray(row["actual"], dtype=np.int64).reshape(-1, N_COMPONENTS)
+                charged = int((actual > 0).any(axis=1).sum())
+                mx = actual.max(axis=0) if actual.size else np.zeros(N_COMPONENTS, dtype=np.int64)
+                settle = settle or not np.array_equal(actual, row["reserved"])
+            elif row is not None:  # settled to the same row for every admitted user of the query
                 row = np.asarray(row, dtype=np.int64)
                 charged = n_adm if (row > 0).any() else 0
                 mx = row if n_adm else np.zeros(N_COMPONENTS, dtype=np.int64)

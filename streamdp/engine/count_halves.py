@@ -32,15 +32,18 @@ not built yet.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
+from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS
 from streamdp.bounding.contribution import ContributionBounder
 from streamdp.bounding.record_bounds import RecordBounder
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.pay_what_you_get import PayWhatYouGet
 
 SUPPORTED_KINDS = ("window_histogram", "top_k", "continual_counts", "continual_sums", "geo_locations", "geo_knn",
-                   "geo_convex_hull")
+                   "geo_convex_hull", "range_counts", "kde_point", "knn_point")
 
 
 class UnsupportedKind(ValueError):
@@ -94,6 +97,13 @@ class StageAHalf:
     def apply_outcome(self, info: dict | None, seq: int) -> None:
         """Window ``seq``'s outcome for this query (``info``: :func:`outcome_info`, None when it sent nothing)."""
 
+    def settle_rows(self, info: dict | None, partition: int, users: np.ndarray, reserved: np.ndarray
+                    ) -> np.ndarray | None:
+        """For a query that settles: the actual cost rows of the partition's admitted users of the window
+        (``users``: partition-local ids, in the order of ``reserved``, their reservation rows), from the window's
+        outcome; None: equal to the reservation. Called once per window, before :meth:`apply_outcome`."""
+        return None
+
     def state(self) -> dict:
         return {}
 
@@ -119,6 +129,11 @@ class TopKStageA(StageAHalf):
 
     def prepare(self, w: WindowData, draws) -> Reservation:
         return self.q.prepare_under(w, self.pwyg)
+
+    def settle_rows(self, info, partition, users, reserved):
+        if info is None or info.get("actual") is None:
+            return None
+        return np.broadcast_to(np.asarray(info["actual"], dtype=np.int64), reserved.shape)
 
     def apply_outcome(self, info: dict | None, seq: int = 0) -> None:
         if info is not None:
@@ -234,9 +249,59 @@ class GeoStageA(StageAHalf):
         return z, z, {"points": xy, "order": order}
 
 
+class AdaptiveStageA(StageAHalf):
+    """range_counts, kde_point, knn_point (Liang–Yi (adaptive budgeting) Alg. 3 + PIE): the partition's per-user
+    remaining budgets B_i and ledger charges C_i of the sequence (partition-local ids) — a copy of the query object
+    that shares its configuration and holds its own arrays. At a registered window each located user reserves
+    min(⌈r_i/c²⌉, P − C_i); the admitted users send their planar point, r_i, the cap P − C_i and an order key,
+    with no id: the i-th point of the part is the partition's i-th admitted located user (its local index). The
+    outcome brings back, per partition, each point's executed cost e_i (fixed point per unit², ≤ r_i): stage A
+    settles min(⌈e_i/c²⌉, P − C_i) and updates B_i ← B_i − e_i, C_i ← C_i + that (Thm 4.4, reserve and settle)."""
+
+    settles = True
+
+    def __init__(self, query: WindowQuery) -> None:
+        super().__init__(query)
+        self.qa = copy.copy(query)  # the configuration, shared; the per-user arrays, this partition's own
+        self.qa.remaining = np.zeros(0, dtype=np.int64)
+        self.qa.charged = np.zeros(0, dtype=np.int64)
+
+    def prepare(self, w: WindowData, draws) -> Reservation:
+        return self.qa.prepare(w, draws)
+
+    def contribution(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+        _, xy, r, cap, order = self.qa.admitted_inputs(res, admitted)
+        z = np.zeros(0, dtype=np.int64)
+        if not res.users.size:
+            return z, z, {}
+        return z, z, {"points": xy, "order": order, "point_ints": np.column_stack([r, cap]).astype(np.int64)}
+
+    def settle_rows(self, info, partition, users, reserved):
+        if info is None or str(partition) not in info.get("executed", {}):
+            raise ValueError(f"{self.q.id}: the window's outcome has no executed costs for partition {partition}")
+        e = np.asarray(info["executed"][str(partition)], dtype=np.int64)
+        if e.size != users.size:
+            raise ValueError(f"{self.q.id}: {e.size} executed costs for {users.size} admitted users of partition "
+                             f"{partition}")
+        charged = self.qa.ledger_cost(users, e)  # min(⌈e_i/c²⌉, P − C_i): what the coordinator computed
+        self.qa._charge(users, e, charged)
+        rows = np.zeros(reserved.shape, dtype=np.int64)
+        rows[:, _CGP] = charged
+        return rows
+
+    def state(self) -> dict:
+        return {"sequence": self.qa.state()}
+
+    def load_state(self, d: dict) -> None:
+        self.qa.load_state(d["sequence"])
+
+
+_CGP = COMPONENTS.index("cgp_rho")
 _GEO_KINDS = ("geo_locations", "geo_knn", "geo_convex_hull")
+_ADAPTIVE_KINDS = ("range_counts", "kde_point", "knn_point")
 _HALVES = {"window_histogram": HistogramStageA, "top_k": TopKStageA, "continual_counts": ContinualCountsStageA,
-           "continual_sums": ContinualSumsStageA, **{k: GeoStageA for k in _GEO_KINDS}}
+           "continual_sums": ContinualSumsStageA, **{k: GeoStageA for k in _GEO_KINDS},
+           **{k: AdaptiveStageA for k in _ADAPTIVE_KINDS}}
 
 
 def stage_a_half(query: WindowQuery) -> StageAHalf:
@@ -255,6 +320,23 @@ def release_merged(query: WindowQuery, ids: np.ndarray, counts: np.ndarray, extr
     if query.kind in _GEO_KINDS:
         return query.release_points(extra.get("points", np.zeros((0, 2))),
                                     extra.get("order", np.zeros(0, dtype=np.uint64)), rng), None
+    if query.kind in _ADAPTIVE_KINDS:
+        ints = extra.get("point_ints", np.zeros((0, 2), dtype=np.int64))
+        r, cap = ints[:, 0], ints[:, 1]
+        rel, e_fixed, charged = query.release_window(extra["seq"], extra.get("points", np.zeros((0, 2))), r, cap,
+                                                     extra.get("order", np.zeros(0, dtype=np.uint64)), rng)
+        if query.query_index(extra["seq"]) is None:
+            return rel, None
+        n = r.size
+        actual = np.zeros((n, N_COMPONENTS), dtype=np.int64)
+        reserved = np.zeros((n, N_COMPONENTS), dtype=np.int64)
+        actual[:, _CGP] = charged
+        reserved[:, _CGP] = np.minimum(query.coords.canonical_fixed(r), cap) if n else 0
+        executed, at = {}, 0
+        for p, k in extra.get("point_parts", []):
+            executed[str(p)] = [int(x) for x in e_fixed[at:at + k]]
+            at += k
+        return rel, {"actual": actual, "reserved": reserved, "executed": executed}
     return query.release_counts(ids, counts, rng, items)
 
 
@@ -267,6 +349,8 @@ def outcome_info(query: WindowQuery, rel: QueryRelease, row: np.ndarray | None) 
     if query.kind == "continual_sums":
         new = rel.values.get("new_keys") or []
         return {"new": list(new)} if new else None
+    if query.kind in _ADAPTIVE_KINDS:
+        return {"executed": row["executed"]} if isinstance(row, dict) else None
     if query.kind != "top_k":
         return None
     return {"pwyg": query.pwyg.state(), "n": int(rel.meta.get("items_returned", 0)),

@@ -386,7 +386,8 @@ class StageA:
             qp = QueryPart(q.id, code_of[np.searchsorted(uniq, ids)] if ids.size else np.zeros(0, np.int64),
                            np.asarray(counts, dtype=np.int64), admitted=int(rows.shape[0]),
                            charged=int((rows > 0).any(axis=1).sum()) if rows.size else 0,
-                           sums=extra.get("sums"), points=extra.get("points"), order=extra.get("order"))
+                           sums=extra.get("sums"), points=extra.get("points"), order=extra.get("order"),
+                           point_ints=extra.get("point_ints"))
             if rows.shape[0]:
                 qp.max_cost, qp.min_cost = rows.max(axis=0), rows.min(axis=0)
             qparts.append(qp)
@@ -426,13 +427,16 @@ class StageA:
 
     def _apply(self, st: PartitionState, o: WindowOutcome) -> None:
         pend = st.pending.pop(o.seq, None)
-        if pend is not None and o.settle:
+        if pend is not None:
             actual = np.array(pend["total"], dtype=np.int64, copy=True)
             for qi, s in pend["settle"].items():
                 info = o.queries.get(self.queries[int(qi)].id)
-                if info is not None and info.get("actual") is not None:
-                    row = np.asarray(info["actual"], dtype=np.int64)
-                    actual[s["pos"]] += row[None, :] - s["res"]
+                pos = np.asarray(s["pos"], dtype=np.int64)
+                res = np.asarray(s["res"], dtype=np.int64)
+                rows = st.halves[int(qi)].settle_rows(info, st.partition, np.asarray(pend["users"])[pos], res)
+                if rows is not None:
+                    actual[pos] += rows - res
+        if pend is not None and o.settle:
             sc = partition_scope(self.scope, st.partition)
             settle_ids = getattr(self.store, "settle_ids", None)
             if settle_ids is not None:

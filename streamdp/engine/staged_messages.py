@@ -63,12 +63,14 @@ class QueryPart:
     sums: np.ndarray | None = None  # int64 per code: continual_sums' admitted sum increments (grid units)
     points: np.ndarray | None = None  # float64 (n, 2): the geo kinds' bounded points of admitted users, no ids …
     order: np.ndarray | None = None  # … and each point's order key (uint64, a keyed hash: geo.canonical_points)
+    point_ints: np.ndarray | None = None  # int64 (n, k) per point: the adaptive kinds' allocation r_i, cap P − C_i
 
 
 @dataclass
 class PartContribution:
     #: 2 (2026-12-07): per query an optional int64 array of sum increments and an optional (n, 2) float64 array
-    #: of points with their uint64 order keys (continual_sums, the geo kinds); 1: codes and counts only
+    #: of points with their uint64 order keys and optional int64 columns per point (continual_sums, the geo kinds,
+    #: the adaptive kinds); 1: codes and counts only
     VERSION = 2
 
     seq: int
@@ -84,7 +86,8 @@ class PartContribution:
         """``b"SDPC"``, version, JSON header length, the JSON header (scalars, the item dictionary as one list, per
         query its id, item count, statistics, whether sums follow and the number of points, −1 for none), then per
         query its codes and counts as uint32 little-endian, its sums (if any) as int64 little-endian and its points
-        (if any) as float64 little-endian x, y pairs followed by their order keys as uint64 little-endian."""
+        (if any) as float64 little-endian x, y pairs followed by their order keys as uint64 little-endian and their
+        integer columns (if any: the header's last number) as int64 little-endian, row by row."""
         qs = []
         arrays = []
         for q in self.queries:
@@ -105,9 +108,16 @@ class PartContribution:
                 if order.shape != (n_points,):
                     raise ValueError("part points need one order key each")
                 blob += np.ascontiguousarray(pts, dtype="<f8").tobytes() + order.astype("<u8").tobytes()
+            n_ints = 0
+            if q.point_ints is not None:
+                ints = np.asarray(q.point_ints, dtype=np.int64)
+                if q.points is None or ints.ndim != 2 or ints.shape[0] != n_points or ints.shape[1] == 0:
+                    raise ValueError("part point_ints need points and one row of ≥ 1 columns per point")
+                n_ints = int(ints.shape[1])
+                blob += np.ascontiguousarray(ints, dtype="<i8").tobytes()
             qs.append([q.query, int(codes.size), int(q.admitted), int(q.charged),
                        [int(x) for x in q.max_cost], [int(x) for x in q.min_cost], q.sums is not None,
-                       -1 if q.points is None else n_points])
+                       -1 if q.points is None else n_points, n_ints])
             arrays.append(blob)
         head = orjson.dumps({"seq": int(self.seq), "partition": int(self.partition), "events": int(self.events),
                              "admitted": int(self.admitted), "refused": int(self.refused),
@@ -123,7 +133,7 @@ class PartContribution:
         head = orjson.loads(data[at:at + n_head])
         at += n_head
         queries = []
-        for qid, n, admitted, charged, mx, mn, has_sums, n_points in head["queries"]:
+        for qid, n, admitted, charged, mx, mn, has_sums, n_points, n_ints in head["queries"]:
             codes = np.frombuffer(data, dtype="<u4", count=n, offset=at).astype(np.int64)
             at += 4 * n
             counts = np.frombuffer(data, dtype="<u4", count=n, offset=at).astype(np.int64)
@@ -138,9 +148,14 @@ class PartContribution:
                 at += 16 * n_points
                 order = np.frombuffer(data, dtype="<u8", count=n_points, offset=at).astype(np.uint64)
                 at += 8 * n_points
+            ints = None
+            if n_ints:
+                ints = np.frombuffer(data, dtype="<i8", count=n_ints * n_points, offset=at).astype(np.int64)
+                ints = ints.reshape(n_points, n_ints)
+                at += 8 * n_ints * n_points
             queries.append(QueryPart(qid, codes, counts, admitted, charged, np.asarray(mx, dtype=np.int64),
                                      np.asarray(mn, dtype=np.int64), sums, points,
-                                     order if n_points >= 0 else None))
+                                     order if n_points >= 0 else None, ints))
         if at != len(data):
             raise ValueError("part-contribution message has trailing bytes")
         if any(q.codes.size and q.codes.max() >= len(head["items"]) for q in queries):

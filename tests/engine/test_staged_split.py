@@ -1,4 +1,5 @@
-"""The staged split of the count kinds, continual_sums and the geo kinds (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
+"""The staged split of the count kinds, continual_sums, the geo kinds and the adaptive point kinds (range_counts,
+kde_point, knn_point) (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
 staged_messages.py; docs/DECISIONS.md "Scale-out: stage A admits") equals one ReleaseEngine.
 
 N = 1, 2, 3 StageA objects owning a split of 4 user-keyed input partitions and one Coordinator, talking in bytes
@@ -138,16 +139,63 @@ rho = 20.0
 k = 16
 location = "last"
 """ + GEO_REGION
+ADAPTIVE_REGION = """units = "km"
+projection = "equirectangular"
+region = [0.0, 10.0, 0.0, 10.0]
+"""
+RANGE = """
+[[query]]
+id = "rc"
+kind = "range_counts"
+budget_rho = 0.01
+rounds = 3
+estimator = "pm1"
+location = "last"
+queries = [ { window = 2, rect = [5.0, 5.0, 400.0, 400.0] }, { window = 4, rect = [3.0, 3.0, 200.0, 200.0] },
+            { window = 5, rect = [5.0, 5.0, 600.0, 600.0], angle = 30.0 }, { window = 9, rect = [6.0, 4.0, 300.0, 500.0] } ]
+""" + ADAPTIVE_REGION
+RANGE_BM = """
+[[query]]
+id = "rc0"
+kind = "range_counts"
+budget_rho = 0.01
+estimator = "bm0"
+reuse_savings = false
+location = "mean"
+queries = [ { window = 3, rect = [5.0, 5.0, 400.0, 400.0] }, { window = 6, rect = [4.0, 6.0, 500.0, 300.0] } ]
+""" + ADAPTIVE_REGION
+KDE = """
+[[query]]
+id = "kde"
+kind = "kde_point"
+bandwidth = 200.0
+budget_rho = 0.01
+estimator = "pm0"
+split = "doubling"
+location = "first"
+queries = [{ window = 3, point = [5.0, 5.0] }, { window = 7, point = [2.0, 2.0] }, { window = 10, point = [8.0, 3.0] }]
+""" + ADAPTIVE_REGION
+KNNP = """
+[[query]]
+id = "kp"
+kind = "knn_point"
+k = 3
+budget_rho = 0.01
+estimator = "pm1"
+queries = [{ window = 5, point = [5.0, 5.0] }, { window = 6, point = [1.0, 9.0] }]
+""" + ADAPTIVE_REGION
 CONFIGS = {"continual_counts": CC, "top_k": TOPK, "threshold": HIST, "top_kbar": KBAR,
            "mixed": CC + TOPK + HIST + KBAR, "sums_tree": SUMS_TREE, "sums_optimal": SUMS_OPTIMAL,
            "sums_blt": SUMS_BLT, "mixed_sums": TOPK + SUMS_BLT + CC + SUMS_OPTIMAL,
-           "geo": GEO + GEO_GP, "geo_knn": KNN, "geo_hull": HULL, "mixed_geo": CC + GEO + KNN + HULL}
+           "geo": GEO + GEO_GP, "geo_knn": KNN, "geo_hull": HULL, "mixed_geo": CC + GEO + KNN + HULL,
+           "range": RANGE + RANGE_BM, "kde": KDE, "knn_point": KNNP, "mixed_adaptive": TOPK + RANGE + GEO + KDE + KNNP}
 # budgets at which some users are halted part-way and others are not
 RHO = {"continual_counts": 60, "top_k": 10, "threshold": 8, "top_kbar": 8, "mixed": 80, "sums_tree": 150,
        "sums_optimal": 20, "sums_blt": 60, "mixed_sums": 150, "geo": 1, "geo_knn": 1, "geo_hull": 1,
-       "mixed_geo": 60}
+       "mixed_geo": 60, "range": 1, "kde": 1, "knn_point": 1, "mixed_adaptive": 40}
 # the geo configurations' cgp_rho budget per m² (a few windows' located cost)
-CGP = {"geo": 8e-10, "geo_knn": 1.5e-8, "geo_hull": 1.5e-8, "mixed_geo": 3e-8}
+CGP = {"geo": 8e-10, "geo_knn": 1.5e-8, "geo_hull": 1.5e-8, "mixed_geo": 3e-8, "range": 2e-8, "kde": 1e-8,
+       "knn_point": 1e-8, "mixed_adaptive": 2e-8}
 
 
 def valued(name):
@@ -491,7 +539,8 @@ def test_n_stages_and_a_coordinator_equal_one_engine(name, n):
         assert got[1:] == ref[1:], (name, n, seed)
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts", "sums_blt", "mixed_sums", "mixed_geo"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts", "sums_blt", "mixed_sums", "mixed_geo",
+                                  "range", "mixed_adaptive"])
 def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     """Stages and the coordinator restart from their last snapshots at random points (stage A re-reads its input
     from the snapshot's offsets, the coordinator the internal topic from its positions); one partition moves
@@ -512,7 +561,7 @@ def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     assert crashes >= 5 and replayed >= 5  # windows were admitted again after restarts, and charged nothing
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo", "mixed_adaptive"])
 def test_store_failures_part_way_are_restored_and_charge_once(name):
     """The store fails at random admits, settles, release-log writes and ledger appends — before the call or after
     it took effect (a lost reply). The failed stage refuses further work until restored (EngineFailed), restarts
@@ -549,7 +598,7 @@ def test_a_failed_step_refuses_further_work_until_restored():
     assert a.ingest(parse_batch(evs)[0], 0) == []
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums", "mixed_geo"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums", "mixed_geo", "mixed_adaptive"])
 def test_stages_ending_their_input_at_different_times_close_alike(name):
     """A stage whose partitions are read to the end flushes (final markers) while the others still ingest: the
     windows past its watermark close as the engine's flush closes them (closed_by end_of_input), no earlier."""
@@ -630,7 +679,7 @@ def test_in_production_each_partition_draws_its_own_bounding_key_and_keeps_it():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["mixed", "mixed_sums", "mixed_geo"])
+@pytest.mark.parametrize("name", ["mixed", "mixed_sums", "mixed_geo", "mixed_adaptive"])
 def test_on_a_redis_cluster_the_stages_equal_one_engine_on_the_memory_store(redis_cluster_url, name):
     """Each stage and the coordinator with its own client of a 3-primary Redis Cluster (as separate processes),
     with a crash and a rebalance, against one engine on the in-memory store."""
@@ -753,6 +802,16 @@ def test_messages_round_trip_compactly_and_refuse_other_versions():
     assert back.queries[0].sums.tolist() == [-(2 ** 40), 7] and back.queries[1].sums is None
     assert back.queries[1].points.tolist() == [[0.1, -2.5], [1e300, 3.0]]
     assert back.queries[1].order.tolist() == [2 ** 64 - 1, 5] and back.queries[2].order.size == 0
+    assert back.queries[1].point_ints is None
+    qa = QueryPart("a", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.array([[1.0, 2.0]]),
+                   order=np.array([9], dtype=np.uint64), point_ints=np.array([[2 ** 62, -3]]))
+    three = PartContribution(seq=1, partition=0, events=1, admitted=1, refused=0, dropped_events=0, items=[],
+                             queries=[qa])
+    assert decode(three.to_bytes()).queries[0].point_ints.tolist() == [[2 ** 62, -3]]
+    with pytest.raises(ValueError, match="point_ints"):
+        PartContribution(seq=1, partition=0, events=1, admitted=1, refused=0, dropped_events=0, items=[],
+                         queries=[QueryPart("a", np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                            point_ints=np.array([[1, 2]]))]).to_bytes()
     assert back.queries[2].points.shape == (0, 2) and back.queries[0].points is None
     assert back.to_bytes() == two.to_bytes()
     assert PartContribution.VERSION == 2
@@ -857,3 +916,25 @@ def test_geo_a_user_at_budget_is_dropped_end_to_end():
     assert sorted(greedy_windows) == [1]  # greedy's point crossed in window 1 only
     assert sum(p.queries[0].points.shape[0] for p in parts) == 10 and all(p.queries[0].order.size ==
                                                                          p.queries[0].points.shape[0] for p in parts)
+
+
+def test_adaptive_per_index_executed_costs_reach_their_users():
+    """range_counts over two partitions with several users each: PIE eliminates users far from the rectangle early
+    (they execute less than r_i); the outcome's per-partition executed costs, matched by local index, settle each
+    user and update their B_i in stage A, so the next query's allocations (r_i from the savings, Alg. 3), the
+    releases and the spend equal the engine's — a shuffled index would move savings between users."""
+    cfg = config("range", rho=1)
+    ev = lambda u, t, loc: orjson.dumps({"user": u, "ts": t, "loc": loc})  # noqa: E731
+    g = np.random.default_rng(8)
+    by_p = [[], []]
+    for w in (2, 3, 4, 5, 6):  # nobody at window 9: the last query does not take what the users saved
+        for k in range(10):
+            loc = [[float(g.uniform(0, 10)), 0.5], [5.0 + g.normal(0, 0.3), 5.0],  # far, deep inside, on the border
+                   [5.0 + 1.8 + g.normal(0, 0.05), 5.0]][k % 3]
+            by_p[k % 2].append(ev(f"u{k}", (w - 1) * 10 + 1.0 + k * 0.1, [round(x, 4) for x in loc]))
+    by_p[0].append(ev("u0", 120.0, None))
+    ref, ref_spend, got, spend, parts = _engine_and_staged(cfg, by_p, [[0], [1]])
+    recs = [orjson.loads(r) for r in ref if orjson.loads(r)["values"].get("query_index")]
+    assert any(r["values"]["eliminated_early"] for r in recs)
+    assert len({tuple(v[0]) for v in ref_spend.values()}) > 1  # users executed different amounts
+    assert got == ref and spend == ref_spend
