@@ -1,8 +1,9 @@
-"""The count kinds, continual_sums and the geo kinds cut in two: what stage A keeps and computes per input partition,
-and what the coordinator keeps (docs/DECISIONS.md, "Scale-out: stage A admits").
+"""The count kinds, continual_sums, the geo kinds and the adaptive point kinds cut in two: what stage A keeps and
+computes per input partition, and what the coordinator keeps (docs/DECISIONS.md, "Scale-out: stage A admits").
 
-A query of a count kind (window_histogram — both algorithms —, top_k, continual_counts), continual_sums or a geo
-kind (geo_locations, geo_knn, geo_convex_hull) is one object in the single engine. Split, it becomes:
+A query of a count kind (window_histogram — both algorithms —, top_k, continual_counts), continual_sums, a geo kind
+(geo_locations, geo_knn, geo_convex_hull) or an adaptive kind (range_counts, kde_point, knn_point, threshold_count)
+is one object in the single engine. Split, it becomes:
 
 * a **stage-A half** per (query, input partition) — this module's :class:`StageAHalf` subclasses: the bounding, the
   per-user state (continual_counts' epoch counters of (user, item) pairs, :class:`ContributionBounder`;
@@ -23,7 +24,10 @@ min(k, k* − used) and the stop), which it receives with t − 1's outcome (:fu
 :meth:`TopKStageA.apply_outcome`), and it settles its own users to the actual cost row the outcome carries
 (Rogers et al. Thm 10: (n·ε²/8, δ) per admitted user, n the items returned). continual_sums' stage A charges δ_key
 for a key a user touches first while it is unselected, so it needs the keys selected so far in the epoch: the
-outcome carries the keys selected at t by name (the release's public ``new_keys``). The other kinds settle nothing
+outcome carries the keys selected at t by name (the release's public ``new_keys``). The adaptive kinds' stage A
+keeps each user's remaining budget B_i and sequence charge C_i (Liang–Yi (adaptive budgeting) Alg. 3) and gets back,
+per partition and local index, each admitted user's executed cost, to settle and update them
+(:class:`AdaptiveStageA`); threshold_count's gets the one settled row, as top_k's. The other kinds settle nothing
 and need nothing back.
 
 Any other kind is refused by the staged objects (:func:`check_staged`): its "what crosses" (DECISIONS table) is
@@ -37,13 +41,14 @@ import copy
 import numpy as np
 
 from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS
+from streamdp.arrays import unique_sorted
 from streamdp.bounding.contribution import ContributionBounder
 from streamdp.bounding.record_bounds import RecordBounder
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.pay_what_you_get import PayWhatYouGet
 
 SUPPORTED_KINDS = ("window_histogram", "top_k", "continual_counts", "continual_sums", "geo_locations", "geo_knn",
-                   "geo_convex_hull", "range_counts", "kde_point", "knn_point")
+                   "geo_convex_hull", "range_counts", "kde_point", "knn_point", "threshold_count")
 
 
 class UnsupportedKind(ValueError):
@@ -296,12 +301,40 @@ class AdaptiveStageA(StageAHalf):
         self.qa.load_state(d["sequence"])
 
 
+class ThresholdStageA(StageAHalf):
+    """threshold_count (Liang–Yi (adaptive budgeting) App. C, Alg. 9): stateless; at a registered window every
+    user present reserves ρ, and the part carries the number of the partition's ADMITTED users with the item I_l
+    in the window (|H| is a sum over partitions). Back: the cost row every admitted user settles to (the executed
+    rounds, the same for all: Thm 4.4), as top_k's."""
+
+    settles = True
+
+    def prepare(self, w: WindowData, draws) -> Reservation:
+        res = self.q.prepare(w, draws)
+        item = self.q.item_of(w.seq)
+        iid = None if item is None else self.items.index.get(item)
+        if res.users.size and iid is not None:
+            u, ids = w.item_pairs()
+            res.private = (iid, unique_sorted(u[ids == iid]))  # the partition's users with the item
+        return res
+
+    def contribution(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+        z = np.zeros(0, dtype=np.int64)
+        if res.private is None:
+            return z, z, {}
+        iid, holders = res.private
+        n = int(np.count_nonzero(admitted[holders]))
+        return (np.array([iid], dtype=np.int64), np.array([n], dtype=np.int64), {}) if n else (z, z, {})
+
+    settle_rows = TopKStageA.settle_rows
+
+
 _CGP = COMPONENTS.index("cgp_rho")
 _GEO_KINDS = ("geo_locations", "geo_knn", "geo_convex_hull")
 _ADAPTIVE_KINDS = ("range_counts", "kde_point", "knn_point")
 _HALVES = {"window_histogram": HistogramStageA, "top_k": TopKStageA, "continual_counts": ContinualCountsStageA,
            "continual_sums": ContinualSumsStageA, **{k: GeoStageA for k in _GEO_KINDS},
-           **{k: AdaptiveStageA for k in _ADAPTIVE_KINDS}}
+           **{k: AdaptiveStageA for k in _ADAPTIVE_KINDS}, "threshold_count": ThresholdStageA}
 
 
 def stage_a_half(query: WindowQuery) -> StageAHalf:
@@ -320,6 +353,8 @@ def release_merged(query: WindowQuery, ids: np.ndarray, counts: np.ndarray, extr
     if query.kind in _GEO_KINDS:
         return query.release_points(extra.get("points", np.zeros((0, 2))),
                                     extra.get("order", np.zeros(0, dtype=np.uint64)), rng), None
+    if query.kind == "threshold_count":
+        return query.release_count(extra["seq"], int(np.asarray(counts).sum()), rng)
     if query.kind in _ADAPTIVE_KINDS:
         ints = extra.get("point_ints", np.zeros((0, 2), dtype=np.int64))
         r, cap = ints[:, 0], ints[:, 1]
@@ -351,6 +386,8 @@ def outcome_info(query: WindowQuery, rel: QueryRelease, row: np.ndarray | None) 
         return {"new": list(new)} if new else None
     if query.kind in _ADAPTIVE_KINDS:
         return {"executed": row["executed"]} if isinstance(row, dict) else None
+    if query.kind == "threshold_count":
+        return None if row is None else {"actual": [int(x) for x in row]}
     if query.kind != "top_k":
         return None
     return {"pwyg": query.pwyg.state(), "n": int(rel.meta.get("items_returned", 0)),

@@ -1,5 +1,5 @@
 """The staged split of the count kinds, continual_sums, the geo kinds and the adaptive point kinds (range_counts,
-kde_point, knn_point) (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
+kde_point, knn_point, threshold_count) (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
 staged_messages.py; docs/DECISIONS.md "Scale-out: stage A admits") equals one ReleaseEngine.
 
 N = 1, 2, 3 StageA objects owning a split of 4 user-keyed input partitions and one Coordinator, talking in bytes
@@ -184,18 +184,29 @@ budget_rho = 0.01
 estimator = "pm1"
 queries = [{ window = 5, point = [5.0, 5.0] }, { window = 6, point = [1.0, 9.0] }]
 """ + ADAPTIVE_REGION
+THR = """
+[[query]]
+id = "thr"
+kind = "threshold_count"
+rho = 0.5
+rounds = 3
+queries = [{ window = 2, threshold = 10, item = "i0" }, { window = 5, threshold = 3, item = "i1" },
+           { window = 7, threshold = 40, item = "i0" }, { window = 10, threshold = 1, item = "n9-1" }]
+"""
 CONFIGS = {"continual_counts": CC, "top_k": TOPK, "threshold": HIST, "top_kbar": KBAR,
            "mixed": CC + TOPK + HIST + KBAR, "sums_tree": SUMS_TREE, "sums_optimal": SUMS_OPTIMAL,
            "sums_blt": SUMS_BLT, "mixed_sums": TOPK + SUMS_BLT + CC + SUMS_OPTIMAL,
            "geo": GEO + GEO_GP, "geo_knn": KNN, "geo_hull": HULL, "mixed_geo": CC + GEO + KNN + HULL,
-           "range": RANGE + RANGE_BM, "kde": KDE, "knn_point": KNNP, "mixed_adaptive": TOPK + RANGE + GEO + KDE + KNNP}
+           "range": RANGE + RANGE_BM, "kde": KDE, "knn_point": KNNP, "mixed_adaptive": TOPK + RANGE + GEO + KDE + KNNP,
+           "threshold_count": THR + HIST, "mixed_thr": THR + TOPK + RANGE}
 # budgets at which some users are halted part-way and others are not
 RHO = {"continual_counts": 60, "top_k": 10, "threshold": 8, "top_kbar": 8, "mixed": 80, "sums_tree": 150,
        "sums_optimal": 20, "sums_blt": 60, "mixed_sums": 150, "geo": 1, "geo_knn": 1, "geo_hull": 1,
-       "mixed_geo": 60, "range": 1, "kde": 1, "knn_point": 1, "mixed_adaptive": 40}
+       "mixed_geo": 60, "range": 1, "kde": 1, "knn_point": 1, "mixed_adaptive": 40,
+       "threshold_count": 10, "mixed_thr": 12}
 # the geo configurations' cgp_rho budget per m² (a few windows' located cost)
 CGP = {"geo": 8e-10, "geo_knn": 1.5e-8, "geo_hull": 1.5e-8, "mixed_geo": 3e-8, "range": 2e-8, "kde": 1e-8,
-       "knn_point": 1e-8, "mixed_adaptive": 2e-8}
+       "knn_point": 1e-8, "mixed_adaptive": 2e-8, "mixed_thr": 2e-8}
 
 
 def valued(name):
@@ -540,7 +551,7 @@ def test_n_stages_and_a_coordinator_equal_one_engine(name, n):
 
 
 @pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts", "sums_blt", "mixed_sums", "mixed_geo",
-                                  "range", "mixed_adaptive"])
+                                  "range", "mixed_adaptive", "mixed_thr"])
 def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     """Stages and the coordinator restart from their last snapshots at random points (stage A re-reads its input
     from the snapshot's offsets, the coordinator the internal topic from its positions); one partition moves
@@ -561,7 +572,7 @@ def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     assert crashes >= 5 and replayed >= 5  # windows were admitted again after restarts, and charged nothing
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo", "mixed_adaptive"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo", "mixed_adaptive", "mixed_thr"])
 def test_store_failures_part_way_are_restored_and_charge_once(name):
     """The store fails at random admits, settles, release-log writes and ledger appends — before the call or after
     it took effect (a lost reply). The failed stage refuses further work until restored (EngineFailed), restarts
