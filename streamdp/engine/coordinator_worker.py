@@ -5,8 +5,8 @@ exactly once, releases from the merged per-item counts and answers every stage A
 Pure core: the only outside object is the :class:`~streamdp.filter.store.BudgetStore` (release log and ledger; it
 never admits nor settles — stage A does). State: the registered input partitions and their last markers, the parts
 of open windows, the item names (interned window by window in partition order, as the single engine interns them),
-each query's mechanism state (the query objects: the count kinds' coordinator halves), the noise generator, and the
-recent outcomes (stage A may ask for them again after a restore or a rebalance).
+each query's mechanism state (the query objects: the coordinator halves, :func:`count_halves.release_merged`), the
+noise generator, and the recent outcomes (stage A may ask for them again after a restore or a rebalance).
 
 Window t closes when every registered partition has marked t (a partition that never spoke holds it back, as in
 :meth:`~streamdp.windows.tumbling.TumblingWindows.register`), or — end of input — when every partition sent its

@@ -5,7 +5,7 @@ coordinator in bytes only (docs/DECISIONS.md, "Scale-out: stage A admits"; messa
 Pure core: the only outside object is the :class:`~streamdp.filter.store.BudgetStore` it is given. Its state is
 PER INPUT PARTITION (:class:`PartitionState`): the held events of open windows, the partition's watermark, its user
 and item names, each query's stage-A half (continual_counts' epoch counters, top_k's PWYG counter as of the last
-outcome), the replay-digest chain, the bounding key Kb, the last outcome applied and the reservations awaiting
+outcome, continual_sums' record history and selected keys, the adaptive kinds' B_i and C_i), the replay-digest chain, the bounding key Kb, the last outcome applied and the reservations awaiting
 their settle — so a partition's state can move to another StageA on a rebalance (:meth:`StageA.release` /
 :meth:`StageA.adopt`) and be checkpointed with that partition's input offset.
 
