@@ -212,7 +212,9 @@ class RecordBounder:
         if x is None:  # counts only: the sorted keys are all we need (the order only for binding users)
             pk_s = np.sort(pk)
         else:
-            o = np.argsort(pk)
+            # stable: a pair's records stay in input order, so its value sum (a float) is the same whatever other
+            # users' records share the window (the staged split bounds a partition alone: bit-for-bit equal)
+            o = np.argsort(pk, kind="stable")
             pk_s = pk[o]
             x = x[o]
         u, k = pk_s >> np.int64(32), pk_s & np.int64(0xFFFFFFFF)
@@ -233,7 +235,7 @@ class RecordBounder:
         keep = np.ones(pk_s.size, dtype=bool)
         if binding.any():
             if o is None:
-                o = np.argsort(pk)
+                o = np.argsort(pk, kind="stable")
             r = r[o]
             rec_pair = np.repeat(np.arange(ps.size), p_j)
             rec_userix = np.repeat(np.arange(us.size), n_pairs_u)[rec_pair]

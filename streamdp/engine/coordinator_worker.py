@@ -5,8 +5,8 @@ exactly once, releases from the merged per-item counts and answers every stage A
 Pure core: the only outside object is the :class:`~streamdp.filter.store.BudgetStore` (release log and ledger; it
 never admits nor settles — stage A does). State: the registered input partitions and their last markers, the parts
 of open windows, the item names (interned window by window in partition order, as the single engine interns them),
-each query's mechanism state (the query objects: the count kinds' coordinator halves), the noise generator, and the
-recent outcomes (stage A may ask for them again after a restore or a rebalance).
+each query's mechanism state (the query objects: the coordinator halves, :func:`count_halves.release_merged`), the
+noise generator, and the recent outcomes (stage A may ask for them again after a restore or a rebalance).
 
 Window t closes when every registered partition has marked t (a partition that never spoke holds it back, as in
 :meth:`~streamdp.windows.tumbling.TumblingWindows.register`), or — end of input — when every partition sent its
@@ -35,7 +35,7 @@ import orjson
 from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
-from streamdp.engine.count_halves import check_staged, outcome_info
+from streamdp.engine.count_halves import check_staged, outcome_info, release_merged
 from streamdp.engine.engine import EngineConfig, EngineFailed, ReleaseConflict, WindowSummary, admission_scope
 from streamdp.engine.query import Names, WindowData, WindowQuery
 from streamdp.engine.release_parameters import canonical, check_unchanged, release_parameters
@@ -53,6 +53,44 @@ KEEP_WINDOWS = 4096
 class PartConflict(RuntimeError):
     """A stage A sent a part for a (window, partition) that differs from the one already held or used: the two runs
     of that partition's close disagree (restore the stage A's matching checkpoint)."""
+
+
+def merge_parts(qps: list, gids: list, partitions: list | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """One query's per-item arrays over the window's parts (in partition order; ``gids`` each part's dictionary
+    as coordinator ids): (sorted item ids, summed counts, {"sums": summed sum increments, "points" and "order":
+    the points and their order keys concatenated in partition order} — the entries the parts carry). Integer
+    sums: exact in any order; the geo release orders the points by their keys (partition order is irrelevant)."""
+    z = np.zeros(0, dtype=np.int64)
+    ids = np.concatenate([g[qp.codes] for g, qp in zip(gids, qps)]) if qps else z
+    counts = np.concatenate([qp.counts for qp in qps]) if qps else z
+    with_sums = any(qp.sums is not None for qp in qps)
+    sums = np.concatenate([qp.sums if qp.sums is not None else np.zeros(qp.codes.size, np.int64) for qp in qps]) \
+        if with_sums else None
+    if len(qps) > 1:
+        ids, inv = np.unique(ids, return_inverse=True)
+        merged = np.zeros(ids.size, dtype=np.int64)
+        np.add.at(merged, inv, counts)
+        counts = merged
+        if sums is not None:
+            ms = np.zeros(ids.size, dtype=np.int64)
+            np.add.at(ms, inv, sums)
+            sums = ms
+    elif ids.size:
+        order = np.argsort(ids, kind="stable")
+        ids, counts = ids[order], counts[order]
+        sums = None if sums is None else sums[order]
+    extra = {}
+    if sums is not None:
+        extra["sums"] = sums
+    pts = [k for k, qp in enumerate(qps) if qp.points is not None]
+    if pts:
+        extra["points"] = np.concatenate([qps[k].points for k in pts], axis=0)
+        extra["order"] = np.concatenate([qps[k].order for k in pts])
+        if partitions is not None:  # which partition sent each point (in order): per-point answers go back to it
+            extra["point_parts"] = [(int(partitions[k]), int(qps[k].points.shape[0])) for k in pts]
+        if any(qps[k].point_ints is not None for k in pts):
+            extra["point_ints"] = np.concatenate([qps[k].point_ints for k in pts], axis=0)
+    return ids, counts, extra
 
 
 def _digest(data: bytes) -> str:
@@ -197,22 +235,19 @@ class Coordinator:
             qps = [part.queries[qi] for part in parts]
             if any(qp.query != q.id for qp in qps):
                 raise ValueError(f"window {seq}: a part's queries are not this coordinator's {[x.id for x in self.queries]}")
-            ids = np.concatenate([g[qp.codes] for g, qp in zip(gids, qps)]) if qps else z
-            counts = np.concatenate([qp.counts for qp in qps]) if qps else z
-            if len(qps) > 1:
-                ids, inv = np.unique(ids, return_inverse=True)
-                merged = np.zeros(ids.size, dtype=np.int64)
-                np.add.at(merged, inv, counts)
-                counts = merged
-            elif ids.size:
-                order = np.argsort(ids, kind="stable")
-                ids, counts = ids[order], counts[order]
-            rel, row = q.release_counts(ids, counts, self.rng, self.items)
+            ids, counts, extra = merge_parts(qps, gids, [part.partition for part in parts])
+            extra["seq"] = seq
+            rel, row = release_merged(q, ids, counts, extra, self.rng, self.items)
             released.append((q, qps, rel, row))
         records, infos, settle = [], {}, False
         for q, qps, rel, row in released:
             n_adm = sum(qp.admitted for qp in qps)
-            if row is not None:  # settled to the same row for every admitted user of the query
+            if isinstance(row, dict):  # per-user actual costs (the adaptive kinds): the ledger's and settle's rows
+                actual = np.asarray(row["actual"], dtype=np.int64).reshape(-1, N_COMPONENTS)
+                charged = int((actual > 0).any(axis=1).sum())
+                mx = actual.max(axis=0) if actual.size else np.zeros(N_COMPONENTS, dtype=np.int64)
+                settle = settle or not np.array_equal(actual, row["reserved"])
+            elif row is not None:  # settled to the same row for every admitted user of the query
                 row = np.asarray(row, dtype=np.int64)
                 charged = n_adm if (row > 0).any() else 0
                 mx = row if n_adm else np.zeros(N_COMPONENTS, dtype=np.int64)

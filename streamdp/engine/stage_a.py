@@ -44,6 +44,7 @@ def partition_scope(scope: str, partition: int) -> str:
 
 
 PRIORITY_PERSON = b"streamdp-prio"
+ORDER_PERSON = b"streamdp-order"
 
 
 def _lp(b: bytes) -> bytes:
@@ -143,6 +144,29 @@ class BoundingDraws:
         name_rank[np.argsort(item_names, kind="stable")] = np.arange(users.size)
         out[np.lexsort((name_rank, prio, users))] = np.arange(users.size, dtype=np.float64)
         return out
+
+    def user_order_keys(self, users: np.ndarray) -> np.ndarray:
+        """:func:`user_order_key` of each user id (uint64): the canonical order in which a query hands its users'
+        values to a mechanism that consumes them in order (the geo kinds) — a function of (Kb, query, window, the
+        user's name), not of interned ids (which follow other users' data) nor of partitions. One hash per user."""
+        users = np.asarray(users, dtype=np.int64)
+        if users.size == 0:
+            return np.zeros(0, dtype=np.uint64)
+        q, seq, key = self.query_id, self.seq, self.key
+        return np.fromiter((user_order_key(key, q, seq, name) for name in self._users.names(users)),
+                           dtype=np.uint64, count=users.size)
+
+
+def user_order_key(key: bytes, query_id: str, seq: int, user: str) -> int:
+    """The order key of one user's value in window ``seq`` of query ``query_id``: keyed BLAKE2b (key = Kb, 8-byte
+    digest, personalisation ``b"streamdp-order"``) over the length-prefixed parts query id (UTF-8), window seq (8
+    bytes little-endian, signed) and user name (UTF-8), read as a big-endian unsigned 64-bit integer. Under a
+    secret Kb the keys of distinct users are i.i.d. uniform, so sorting by them is a uniformly random permutation,
+    independent of the values sorted and of which worker computes it (docs/DECISIONS.md, geo kinds)."""
+    h = hashlib.blake2b(key=key, digest_size=8, person=ORDER_PERSON)
+    h.update(_lp(query_id.encode("utf-8")) + _lp(int(seq).to_bytes(8, "little", signed=True))
+             + _lp(user.encode("utf-8")))
+    return int.from_bytes(h.digest(), "big")
 
 
 @dataclass

@@ -5,7 +5,7 @@ coordinator in bytes only (docs/DECISIONS.md, "Scale-out: stage A admits"; messa
 Pure core: the only outside object is the :class:`~streamdp.filter.store.BudgetStore` it is given. Its state is
 PER INPUT PARTITION (:class:`PartitionState`): the held events of open windows, the partition's watermark, its user
 and item names, each query's stage-A half (continual_counts' epoch counters, top_k's PWYG counter as of the last
-outcome), the replay-digest chain, the bounding key Kb, the last outcome applied and the reservations awaiting
+outcome, continual_sums' record history and selected keys, the adaptive kinds' B_i and C_i), the replay-digest chain, the bounding key Kb, the last outcome applied and the reservations awaiting
 their settle — so a partition's state can move to another StageA on a rebalance (:meth:`StageA.release` /
 :meth:`StageA.adopt`) and be checkpointed with that partition's input offset.
 
@@ -26,7 +26,7 @@ Bounding key Kb: in test mode (``unsafe_test_seed``) ``bounding_key(make_generat
 otherwise 32 bytes from the OS per partition state, kept in its snapshot (a replay draws the same subsets). Kb
 need not derive from the noise key at all, so stage A holds nothing of the release noise.
 
-Not yet: ``idle_timeout`` (refused), other query kinds (refused, :func:`count_halves.check_staged`), a user on two
+Not yet: ``idle_timeout`` (refused), the kinds without halves (refused, :func:`count_halves.check_staged`), a user on two
 partitions in one window (each partition admits its own events of them; the single engine lets the lowest
 partition own them — not from a user-keyed topic whose partition count stayed put), ingest after :meth:`flush`.
 """
@@ -78,6 +78,7 @@ class PartitionState:
         self.held = HeldEvents()
         self.users, self.items = Names(), Names()
         self.halves = [stage_a_half(q) for q in queries]
+        self._bind()
         self.epoch = 0
         self.kb = kb
         self.history, self.history_users, self.history_items = GENESIS, 0, 0
@@ -86,6 +87,10 @@ class PartitionState:
         self.pending: dict[int, dict] = {}  # window → its admitted users' reservations awaiting the outcome
         self.flushing = False  # end of input: every held window goes out, then a final marker
         self.sent: tuple | None = None  # the last marker sent (through, watermark_through, final)
+
+    def _bind(self) -> None:
+        for h in self.halves:
+            h.bind(self.items)
 
     def watermark_through(self) -> int:
         """The last window the partition's watermark has passed (0: none) — its events alone, never how far the
@@ -123,6 +128,7 @@ class PartitionState:
         s.held.load_state(st["held"])
         s.users = Names.from_state(orjson.loads(bytes(st["users"]) + b"]"))
         s.items = Names.from_state(orjson.loads(bytes(st["items"]) + b"]"))
+        s._bind()
         for h, d in zip(s.halves, st["halves"]):
             h.load_state(d)
         s.epoch = st["epoch"]
@@ -374,12 +380,14 @@ class StageA:
         qparts, settle = [], {}
         adm_users = all_users[mask]
         for qi, (h, q, r) in enumerate(zip(st.halves, self.queries, reservations)):
-            ids, counts = h.contribution(r, admitted)
+            ids, counts, extra = h.contribution(r, admitted)
             keep = admitted[r.users] if r.users.size else np.zeros(0, dtype=bool)
             rows = r.costs[keep]
             qp = QueryPart(q.id, code_of[np.searchsorted(uniq, ids)] if ids.size else np.zeros(0, np.int64),
                            np.asarray(counts, dtype=np.int64), admitted=int(rows.shape[0]),
-                           charged=int((rows > 0).any(axis=1).sum()) if rows.size else 0)
+                           charged=int((rows > 0).any(axis=1).sum()) if rows.size else 0,
+                           sums=extra.get("sums"), points=extra.get("points"), order=extra.get("order"),
+                           point_ints=extra.get("point_ints"))
             if rows.shape[0]:
                 qp.max_cost, qp.min_cost = rows.max(axis=0), rows.min(axis=0)
             qparts.append(qp)
@@ -419,13 +427,16 @@ class StageA:
 
     def _apply(self, st: PartitionState, o: WindowOutcome) -> None:
         pend = st.pending.pop(o.seq, None)
-        if pend is not None and o.settle:
+        if pend is not None:
             actual = np.array(pend["total"], dtype=np.int64, copy=True)
             for qi, s in pend["settle"].items():
                 info = o.queries.get(self.queries[int(qi)].id)
-                if info is not None and info.get("actual") is not None:
-                    row = np.asarray(info["actual"], dtype=np.int64)
-                    actual[s["pos"]] += row[None, :] - s["res"]
+                pos = np.asarray(s["pos"], dtype=np.int64)
+                res = np.asarray(s["res"], dtype=np.int64)
+                rows = st.halves[int(qi)].settle_rows(info, st.partition, np.asarray(pend["users"])[pos], res)
+                if rows is not None:
+                    actual[pos] += rows - res
+        if pend is not None and o.settle:
             sc = partition_scope(self.scope, st.partition)
             settle_ids = getattr(self.store, "settle_ids", None)
             if settle_ids is not None:
@@ -433,7 +444,7 @@ class StageA:
             else:
                 self.store.settle(sc, o.seq, st.users.names(pend["users"]), actual)
         for h, q in zip(st.halves, self.queries):
-            h.apply_outcome(o.queries.get(q.id))
+            h.apply_outcome(o.queries.get(q.id), o.seq)
         st.applied = o.seq
 
     # ---- snapshot --------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@ admits"): bytes only, versioned, compact (numpy arrays as little-endian bytes, n
 
 * :class:`PartContribution` — stage A → coordinator, one per (window t, input partition p) whose partition held
   events in t, sent once p's watermark passed t's end and t − 1's outcome was applied: the partition's window item
-  dictionary, per query the per-item counts of ADMITTED contributions (codes into the dictionary) and the
+  dictionary, per query the per-item counts of ADMITTED contributions (codes into the dictionary) — with
+  continual_sums' per-key sum increments, and the geo kinds' bounded points of admitted users — and the
   sufficient statistics of the ledger's realised cost (users admitted, users charged, component-wise max and min
   of the admitted users' reservations), and counts of events, users admitted and refused. User names never cross.
 * :class:`PartitionMarker` — stage A → coordinator: "p is closed through window ``through``" (every part of p for
@@ -59,11 +60,18 @@ class QueryPart:
     charged: int = 0  # of which with a positive cost component (cost_summary's users charged)
     max_cost: np.ndarray = field(default_factory=lambda: np.zeros(N_COMPONENTS, dtype=np.int64))
     min_cost: np.ndarray = field(default_factory=lambda: np.zeros(N_COMPONENTS, dtype=np.int64))
+    sums: np.ndarray | None = None  # int64 per code: continual_sums' admitted sum increments (grid units)
+    points: np.ndarray | None = None  # float64 (n, 2): the geo kinds' bounded points of admitted users, no ids …
+    order: np.ndarray | None = None  # … and each point's order key (uint64, a keyed hash: geo.canonical_points)
+    point_ints: np.ndarray | None = None  # int64 (n, k) per point: the adaptive kinds' allocation r_i, cap P − C_i
 
 
 @dataclass
 class PartContribution:
-    VERSION = 1
+    #: 2 (2026-12-07): per query an optional int64 array of sum increments and an optional (n, 2) float64 array
+    #: of points with their uint64 order keys and optional int64 columns per point (continual_sums, the geo kinds,
+    #: the adaptive kinds); 1: codes and counts only
+    VERSION = 2
 
     seq: int
     partition: int
@@ -76,16 +84,41 @@ class PartContribution:
 
     def to_bytes(self) -> bytes:
         """``b"SDPC"``, version, JSON header length, the JSON header (scalars, the item dictionary as one list, per
-        query its id, item count and statistics), then per query its codes and counts as uint32 little-endian."""
+        query its id, item count, statistics, whether sums follow and the number of points, −1 for none), then per
+        query its codes and counts as uint32 little-endian, its sums (if any) as int64 little-endian and its points
+        (if any) as float64 little-endian x, y pairs followed by their order keys as uint64 little-endian and their
+        integer columns (if any: the header's last number) as int64 little-endian, row by row."""
         qs = []
         arrays = []
         for q in self.queries:
             codes, counts = np.asarray(q.codes, dtype=np.int64), np.asarray(q.counts, dtype=np.int64)
             if codes.size and (codes.max() > _U32 or counts.max() > _U32 or codes.min() < 0 or counts.min() < 0):
                 raise ValueError("part codes and counts must fit in uint32")
+            blob = codes.astype("<u4").tobytes() + counts.astype("<u4").tobytes()
+            if q.sums is not None:
+                sums = np.asarray(q.sums, dtype=np.int64)
+                if sums.shape != codes.shape:
+                    raise ValueError("part sums must have one entry per code")
+                blob += sums.astype("<i8").tobytes()
+            n_points = 0
+            if q.points is not None:
+                pts = np.asarray(q.points, dtype=np.float64).reshape(-1, 2)
+                n_points = int(pts.shape[0])
+                order = np.zeros(n_points, dtype=np.uint64) if q.order is None else np.asarray(q.order)
+                if order.shape != (n_points,):
+                    raise ValueError("part points need one order key each")
+                blob += np.ascontiguousarray(pts, dtype="<f8").tobytes() + order.astype("<u8").tobytes()
+            n_ints = 0
+            if q.point_ints is not None:
+                ints = np.asarray(q.point_ints, dtype=np.int64)
+                if q.points is None or ints.ndim != 2 or ints.shape[0] != n_points or ints.shape[1] == 0:
+                    raise ValueError("part point_ints need points and one row of ≥ 1 columns per point")
+                n_ints = int(ints.shape[1])
+                blob += np.ascontiguousarray(ints, dtype="<i8").tobytes()
             qs.append([q.query, int(codes.size), int(q.admitted), int(q.charged),
-                       [int(x) for x in q.max_cost], [int(x) for x in q.min_cost]])
-            arrays.append(codes.astype("<u4").tobytes() + counts.astype("<u4").tobytes())
+                       [int(x) for x in q.max_cost], [int(x) for x in q.min_cost], q.sums is not None,
+                       -1 if q.points is None else n_points, n_ints])
+            arrays.append(blob)
         head = orjson.dumps({"seq": int(self.seq), "partition": int(self.partition), "events": int(self.events),
                              "admitted": int(self.admitted), "refused": int(self.refused),
                              "dropped_events": int(self.dropped_events), "items": list(self.items),
@@ -100,13 +133,29 @@ class PartContribution:
         head = orjson.loads(data[at:at + n_head])
         at += n_head
         queries = []
-        for qid, n, admitted, charged, mx, mn in head["queries"]:
+        for qid, n, admitted, charged, mx, mn, has_sums, n_points, n_ints in head["queries"]:
             codes = np.frombuffer(data, dtype="<u4", count=n, offset=at).astype(np.int64)
             at += 4 * n
             counts = np.frombuffer(data, dtype="<u4", count=n, offset=at).astype(np.int64)
             at += 4 * n
+            sums = points = order = None
+            if has_sums:
+                sums = np.frombuffer(data, dtype="<i8", count=n, offset=at).astype(np.int64)
+                at += 8 * n
+            if n_points >= 0:
+                points = np.frombuffer(data, dtype="<f8", count=2 * n_points, offset=at).astype(np.float64)
+                points = points.reshape(n_points, 2)
+                at += 16 * n_points
+                order = np.frombuffer(data, dtype="<u8", count=n_points, offset=at).astype(np.uint64)
+                at += 8 * n_points
+            ints = None
+            if n_ints:
+                ints = np.frombuffer(data, dtype="<i8", count=n_ints * n_points, offset=at).astype(np.int64)
+                ints = ints.reshape(n_points, n_ints)
+                at += 8 * n_ints * n_points
             queries.append(QueryPart(qid, codes, counts, admitted, charged, np.asarray(mx, dtype=np.int64),
-                                     np.asarray(mn, dtype=np.int64)))
+                                     np.asarray(mn, dtype=np.int64), sums, points,
+                                     order if n_points >= 0 else None, ints))
         if at != len(data):
             raise ValueError("part-contribution message has trailing bytes")
         if any(q.codes.size and q.codes.max() >= len(head["items"]) for q in queries):

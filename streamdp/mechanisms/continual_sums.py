@@ -94,6 +94,16 @@ def window_charges(pair_user: np.ndarray, pair_j: np.ndarray, prior_g: np.ndarra
         inc = inc + (2.0 * pair_a * prior_xg + pair_a * pair_a * g_tt) / (2.0 * value_sigma * value_sigma)
     starts = np.flatnonzero(np.concatenate(([True], pair_user[1:] != pair_user[:-1])))
     users = pair_user[starts]
+    sizes = np.diff(np.append(starts, pair_user.size))
+    big = sizes >= 3
+    if big.any():
+        # a user's terms in ascending order: the float sum of ≥ 3 terms depends on their order, and the pairs come
+        # in key-id order — interned per process (partition-local in the staged split). Sorted, the sum is a
+        # function of the user's own multiset of terms (bit for bit the same in every worker). Only the users with
+        # ≥ 3 terms are sorted (two terms add alike in either order); their rows stay in place (sorted by user)
+        rows = np.flatnonzero(np.repeat(big, sizes))
+        inc = inc.copy()
+        inc[rows] = inc[rows[np.lexsort((inc[rows], pair_user[rows]))]]
     rho = np.maximum(np.add.reduceat(inc, starts), 0.0)
     if first_unselected is not None:
         n_first = np.add.reduceat(first_unselected.astype(np.int64), starts)

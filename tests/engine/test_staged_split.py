@@ -1,4 +1,5 @@
-"""The staged split of the count kinds (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
+"""The staged split of the count kinds, continual_sums, the geo kinds and the adaptive point kinds (range_counts,
+kde_point, knn_point, threshold_count) (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
 staged_messages.py; docs/DECISIONS.md "Scale-out: stage A admits") equals one ReleaseEngine.
 
 N = 1, 2, 3 StageA objects owning a split of 4 user-keyed input partitions and one Coordinator, talking in bytes
@@ -84,10 +85,142 @@ max_items_per_window = 2
 algorithm = "top_kbar"
 kbar = 3
 """
+SUMS = """
+[[query]]
+id = "%(id)s"
+kind = "continual_sums"
+sigma = 1.5
+delta_key = 1e-6
+max_contributions = 8
+max_keys_per_window = 2
+max_per_key = 3
+noise = "%(noise)s"
+"""
+VALUES = """value_range = [0.0, 10.0]
+value_sigma = 3.0
+"""
+SUMS_TREE = SUMS % {"id": "sums", "noise": "tree"} + 'estimator = "plain"\n' + VALUES
+SUMS_OPTIMAL = SUMS % {"id": "sums_opt", "noise": "tree"} + 'estimator = "optimal"\n'
+SUMS_BLT = SUMS % {"id": "sums_blt", "noise": "blt"} + VALUES
+GEO_REGION = """units = "degrees"
+region = [0.0, 10.0, 0.0, 10.0]
+"""
+GEO = """
+[[query]]
+id = "geo"
+kind = "geo_locations"
+mechanism = "cgp"
+rho = 0.5
+location = "last"
+""" + GEO_REGION
+GEO_GP = """
+[[query]]
+id = "geo_gp"
+kind = "geo_locations"
+mechanism = "gp"
+epsilon = 1.0
+neighbourhood = "dist_inf"
+location = "mean"
+""" + GEO_REGION
+KNN = """
+[[query]]
+id = "knn"
+kind = "geo_knn"
+k = 3
+rho = 20.0
+points = [[5.0, 5.0], [2.0, 8.0]]
+location = "first"
+""" + GEO_REGION
+HULL = """
+[[query]]
+id = "hull"
+kind = "geo_convex_hull"
+rho = 20.0
+k = 16
+location = "last"
+""" + GEO_REGION
+ADAPTIVE_REGION = """units = "km"
+projection = "equirectangular"
+region = [0.0, 10.0, 0.0, 10.0]
+"""
+RANGE = """
+[[query]]
+id = "rc"
+kind = "range_counts"
+budget_rho = 0.01
+rounds = 3
+estimator = "pm1"
+location = "last"
+queries = [ { window = 2, rect = [5.0, 5.0, 400.0, 400.0] }, { window = 4, rect = [3.0, 3.0, 200.0, 200.0] },
+            { window = 5, rect = [5.0, 5.0, 600.0, 600.0], angle = 30.0 }, { window = 9, rect = [6.0, 4.0, 300.0, 500.0] } ]
+""" + ADAPTIVE_REGION
+RANGE_BM = """
+[[query]]
+id = "rc0"
+kind = "range_counts"
+budget_rho = 0.01
+estimator = "bm0"
+reuse_savings = false
+location = "mean"
+queries = [ { window = 3, rect = [5.0, 5.0, 400.0, 400.0] }, { window = 6, rect = [4.0, 6.0, 500.0, 300.0] } ]
+""" + ADAPTIVE_REGION
+KDE = """
+[[query]]
+id = "kde"
+kind = "kde_point"
+bandwidth = 200.0
+budget_rho = 0.01
+estimator = "pm0"
+split = "doubling"
+location = "first"
+queries = [{ window = 3, point = [5.0, 5.0] }, { window = 7, point = [2.0, 2.0] }, { window = 10, point = [8.0, 3.0] }]
+""" + ADAPTIVE_REGION
+KNNP = """
+[[query]]
+id = "kp"
+kind = "knn_point"
+k = 3
+budget_rho = 0.01
+estimator = "pm1"
+queries = [{ window = 5, point = [5.0, 5.0] }, { window = 6, point = [1.0, 9.0] }]
+""" + ADAPTIVE_REGION
+THR = """
+[[query]]
+id = "thr"
+kind = "threshold_count"
+rho = 0.5
+rounds = 3
+queries = [{ window = 2, threshold = 10, item = "i0" }, { window = 5, threshold = 3, item = "i1" },
+           { window = 7, threshold = 40, item = "i0" }, { window = 10, threshold = 1, item = "n9-1" }]
+"""
 CONFIGS = {"continual_counts": CC, "top_k": TOPK, "threshold": HIST, "top_kbar": KBAR,
-           "mixed": CC + TOPK + HIST + KBAR}
+           "mixed": CC + TOPK + HIST + KBAR, "sums_tree": SUMS_TREE, "sums_optimal": SUMS_OPTIMAL,
+           "sums_blt": SUMS_BLT, "mixed_sums": TOPK + SUMS_BLT + CC + SUMS_OPTIMAL,
+           "geo": GEO + GEO_GP, "geo_knn": KNN, "geo_hull": HULL, "mixed_geo": CC + GEO + KNN + HULL,
+           "range": RANGE + RANGE_BM, "kde": KDE, "knn_point": KNNP, "mixed_adaptive": TOPK + RANGE + GEO + KDE + KNNP,
+           "threshold_count": THR + HIST, "mixed_thr": THR + TOPK + RANGE}
 # budgets at which some users are halted part-way and others are not
-RHO = {"continual_counts": 60, "top_k": 10, "threshold": 8, "top_kbar": 8, "mixed": 80}
+RHO = {"continual_counts": 60, "top_k": 10, "threshold": 8, "top_kbar": 8, "mixed": 80, "sums_tree": 150,
+       "sums_optimal": 20, "sums_blt": 60, "mixed_sums": 150, "geo": 1, "geo_knn": 1, "geo_hull": 1,
+       "mixed_geo": 60, "range": 1, "kde": 1, "knn_point": 1, "mixed_adaptive": 40,
+       "threshold_count": 10, "mixed_thr": 12}
+# the geo configurations' cgp_rho budget per m² (a few windows' located cost)
+CGP = {"geo": 8e-10, "geo_knn": 1.5e-8, "geo_hull": 1.5e-8, "mixed_geo": 3e-8, "range": 2e-8, "kde": 1e-8,
+       "knn_point": 1e-8, "mixed_adaptive": 2e-8, "mixed_thr": 2e-8}
+
+
+def valued(name):
+    """The configuration has a query with a value range: its stream carries values."""
+    return "value_range" in CONFIGS[name]
+
+
+def located(name):
+    """The configuration has a geo query: its stream carries locations."""
+    return name in CGP
+
+
+def data(seed, name):
+    return stream(seed, values=valued(name), locs=located(name))
 
 
 @pytest.fixture(autouse=True)
@@ -99,13 +232,20 @@ def _quiet():
 
 def config(name, rho=None):
     text = SERVICE % {"rho": RHO[name] if rho is None else rho} + CONFIGS[name]
+    if name in CGP:
+        text = text.replace("[budget]\n", f"[budget]\ncgp_rho = {CGP[name]}\n")
     return parse_config(tomllib.loads(text), log_warnings=False)
 
 
-def stream(seed, n_events=700, n_users=40, n_items=12, span=110.0):
+def stream(seed, n_events=700, n_users=40, n_items=12, span=110.0, values=False, locs=False):
     """Per partition its records in offset order (user k on partition k % P); up to four items per event from a
     skewed popularity (a few items pass top_k's threshold), several events per user and window (Δ0 = 2 bites),
-    disorder and late events; 11 windows (3 epochs of 4)."""
+    disorder and late events; 11 windows (3 epochs of 4). ``values``: each event a value in [−2, 12] (clamped to
+    continual_sums' [0, 10]), 5 % without one (``missing_value`` when they have items), drawn from their own
+    generator (the events are those of ``values=False``). ``locs``: 80 % of the events a [lat, lon] in
+    [−1, 11]², some outside the geo region [0, 10]² (folded into it), from a third generator."""
+    vg = np.random.default_rng(seed + 1000)
+    lg = np.random.default_rng(seed + 2000)
     rng = np.random.default_rng(seed)
     pop = 1.0 / np.arange(1, n_items + 1) ** 1.5
     pop /= pop.sum()
@@ -119,6 +259,10 @@ def stream(seed, n_events=700, n_users=40, n_items=12, span=110.0):
         if rng.random() < 0.3:  # items new in their window, first seen in a different order on each partition
             items.append(f"n{int(ts // 10)}-{int(rng.integers(6))}")
         d = {"user": f"u{u}", "ts": ts, "items": list(dict.fromkeys(items))}
+        if values and vg.random() >= 0.05:
+            d["value"] = round(float(vg.uniform(-2.0, 12.0)), int(vg.integers(0, 7)))
+        if locs and lg.random() < 0.8:
+            d["loc"] = [round(float(x), 4) for x in lg.uniform(-1.0, 11.0, 2)]
         parts[u % P].append(orjson.dumps(d))
     return parts
 
@@ -397,7 +541,7 @@ def _check_reference_is_interesting(name, ref):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_n_stages_and_a_coordinator_equal_one_engine(name, n):
-    parts = stream(1)
+    parts = data(1, name)
     ref = reference(name, parts)
     _check_reference_is_interesting(name, ref)
     for seed in range(2):
@@ -406,12 +550,13 @@ def test_n_stages_and_a_coordinator_equal_one_engine(name, n):
         assert got[1:] == ref[1:], (name, n, seed)
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts", "sums_blt", "mixed_sums", "mixed_geo",
+                                  "range", "mixed_adaptive", "mixed_thr"])
 def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     """Stages and the coordinator restart from their last snapshots at random points (stage A re-reads its input
     from the snapshot's offsets, the coordinator the internal topic from its positions); one partition moves
     between stages. The same releases and the same spend: every replayed admit is a copy, nothing charged twice."""
-    parts = stream(2)
+    parts = data(2, name)
     ref = reference(name, parts)
     crashes = replayed = 0
     for seed in range(3):
@@ -427,12 +572,12 @@ def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     assert crashes >= 5 and replayed >= 5  # windows were admitted again after restarts, and charged nothing
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo", "mixed_adaptive", "mixed_thr"])
 def test_store_failures_part_way_are_restored_and_charge_once(name):
     """The store fails at random admits, settles, release-log writes and ledger appends — before the call or after
     it took effect (a lost reply). The failed stage refuses further work until restored (EngineFailed), restarts
     from its last snapshot and re-reads its input: the same releases and spend as one engine."""
-    parts = stream(5)
+    parts = data(5, name)
     ref = reference(name, parts)
     failures = 0
     for seed in range(3):
@@ -464,11 +609,11 @@ def test_a_failed_step_refuses_further_work_until_restored():
     assert a.ingest(parse_batch(evs)[0], 0) == []
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums", "mixed_geo", "mixed_adaptive"])
 def test_stages_ending_their_input_at_different_times_close_alike(name):
     """A stage whose partitions are read to the end flushes (final markers) while the others still ingest: the
     windows past its watermark close as the engine's flush closes them (closed_by end_of_input), no earlier."""
-    parts = stream(3)
+    parts = data(3, name)
     ref = reference(name, parts)
     assert any(orjson.loads(r)["closed_by"] == "end_of_input" for r in ref[0])
     for seed in range(3):
@@ -545,15 +690,16 @@ def test_in_production_each_partition_draws_its_own_bounding_key_and_keeps_it():
 
 
 @pytest.mark.integration
-def test_on_a_redis_cluster_the_stages_equal_one_engine_on_the_memory_store(redis_cluster_url):
+@pytest.mark.parametrize("name", ["mixed", "mixed_sums", "mixed_geo", "mixed_adaptive"])
+def test_on_a_redis_cluster_the_stages_equal_one_engine_on_the_memory_store(redis_cluster_url, name):
     """Each stage and the coordinator with its own client of a 3-primary Redis Cluster (as separate processes),
     with a crash and a rebalance, against one engine on the in-memory store."""
     from streamdp.filter.redis_store import RedisBudgetStore
 
-    parts = stream(4)
-    ref = reference("mixed", parts)
-    budget = budget_vector(config("mixed").budget)
-    bus = Bus("mixed", parts, OWNERS[3], seed=300, crash=0.02, rebalance=True,
+    parts = data(4, name)
+    ref = reference(name, parts)
+    budget = budget_vector(config(name).budget)
+    bus = Bus(name, parts, OWNERS[3], seed=300, crash=0.02, rebalance=True,
               stores=lambda: RedisBudgetStore.from_url(redis_cluster_url, default_budget=budget)).run()
     records, dead, ledger, spend = bus.result()
     assert bus.moved and records == ref[0] and dead == ref[1] and spend == ref[3]
@@ -622,18 +768,18 @@ def test_a_user_at_budget_is_dropped_end_to_end():
 def test_other_kinds_and_the_idle_timeout_are_refused():
     text = SERVICE % {"rho": 1} + """
 [[query]]
-id = "sums"
-kind = "continual_sums"
-sigma = 6.0
-delta_key = 1e-6
-max_contributions = 16
-max_keys_per_window = 2
-max_per_key = 4
+id = "gm"
+kind = "grid_means"
+cells = "item"
+rho = 0.125
+m_ub = 2
+upper = 100.0
+delta_cell = 1e-9
 """
     cfg = parse_config(tomllib.loads(text), log_warnings=False)
     store = MemoryBudgetStore(budget_vector(cfg.budget))
     for cls in (StageA, Coordinator):
-        with pytest.raises(UnsupportedKind, match="window_histogram, top_k, continual_counts"):
+        with pytest.raises(UnsupportedKind, match="window_histogram, top_k, continual_counts, continual_sums"):
             cls(cfg.engine_config(), cfg.build_queries(), store)
     cfg = config("mixed")
     conf = cfg.engine_config()
@@ -655,6 +801,31 @@ def test_messages_round_trip_compactly_and_refuse_other_versions():
         (12, 3, 40, 3, 1, 4)
     assert back.to_bytes() == blob
     assert len(blob) < 230
+    assert back.queries[0].sums is None and back.queries[0].points is None
+    # continual_sums' signed sum increments (int64) and the geo kinds' points (float64 pairs) ride along
+    qs = QueryPart("s", np.array([1, 0]), np.array([3, 2]), sums=np.array([-(2 ** 40), 7]))
+    qg = QueryPart("g", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.array([[0.1, -2.5], [1e300, 3.0]]),
+                   order=np.array([2 ** 64 - 1, 5], dtype=np.uint64))
+    qe = QueryPart("e", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.zeros((0, 2)))
+    two = PartContribution(seq=1, partition=0, events=5, admitted=2, refused=0, dropped_events=0, items=["a", "b"],
+                           queries=[qs, qg, qe])
+    back = decode(two.to_bytes())
+    assert back.queries[0].sums.tolist() == [-(2 ** 40), 7] and back.queries[1].sums is None
+    assert back.queries[1].points.tolist() == [[0.1, -2.5], [1e300, 3.0]]
+    assert back.queries[1].order.tolist() == [2 ** 64 - 1, 5] and back.queries[2].order.size == 0
+    assert back.queries[1].point_ints is None
+    qa = QueryPart("a", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.array([[1.0, 2.0]]),
+                   order=np.array([9], dtype=np.uint64), point_ints=np.array([[2 ** 62, -3]]))
+    three = PartContribution(seq=1, partition=0, events=1, admitted=1, refused=0, dropped_events=0, items=[],
+                             queries=[qa])
+    assert decode(three.to_bytes()).queries[0].point_ints.tolist() == [[2 ** 62, -3]]
+    with pytest.raises(ValueError, match="point_ints"):
+        PartContribution(seq=1, partition=0, events=1, admitted=1, refused=0, dropped_events=0, items=[],
+                         queries=[QueryPart("a", np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                            point_ints=np.array([[1, 2]]))]).to_bytes()
+    assert back.queries[2].points.shape == (0, 2) and back.queries[0].points is None
+    assert back.to_bytes() == two.to_bytes()
+    assert PartContribution.VERSION == 2
     m = PartitionMarker(3, 9, 11, True)
     assert decode(m.to_bytes()) == m and len(m.to_bytes()) == 31
     o = WindowOutcome(4, "watermark", True, {"topk": {"n": 2, "pwyg": {"k_star": 9, "used": 2, "calls": 1},
@@ -663,3 +834,118 @@ def test_messages_round_trip_compactly_and_refuse_other_versions():
     for b in (blob, m.to_bytes(), o.to_bytes()):
         with pytest.raises(ValueError, match="version"):
             decode(b[:4] + b"\x09\x00" + b[6:])
+
+
+def _engine_and_staged(cfg, by_partition, owners):
+    """One engine and StageAs (``owners``) + a Coordinator on the same per-partition input (one batch each, then
+    the end of input): (engine records, engine spend, staged records, staged spend, staged parts)."""
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    e = ReleaseEngine(cfg.engine_config(), cfg.build_queries(), store)
+    e.register_partitions(range(len(by_partition)))
+    for p, evs in enumerate(by_partition):
+        e.ingest(parse_batch(evs)[0], p)
+    ref = [r.to_bytes() for s in e.close_due() + e.flush() for r in s.records]
+    ref_spend = spend_of(store)
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
+    stages = []
+    for o in owners:
+        a = StageA(cfg.engine_config(), cfg.build_queries(), store)
+        a.assign(o)
+        stages.append(a)
+    c = Coordinator(cfg.engine_config(), cfg.build_queries(), store)
+    c.register_partitions(range(len(by_partition)))
+    for p, evs in enumerate(by_partition):
+        next(a for a in stages if p in a.partitions).ingest(parse_batch(evs)[0], p)
+    for a in stages:
+        a.flush()
+    records, parts = [], []
+    while True:
+        msgs = [m for a in stages for m in a.poll()]
+        if not msgs:
+            break
+        for m in msgs:
+            if isinstance(decode(m), PartContribution):
+                parts.append(decode(m))
+            records += [r.to_bytes() for s in c.receive(m) for r in s.records]
+        for o in c.poll():
+            for a in stages:
+                a.on_outcome(o)
+    return ref, ref_spend, records, spend_of(store), parts
+
+
+def test_continual_sums_keys_selected_while_a_partition_was_silent_are_known_to_it():
+    """Key "k" is selected in window 5 (epoch 1) from partition 0's users; partition 1 has no events from window 2
+    to 5 and touches "k" in window 6: it must know "k" is selected (no δ_key charge, as in the engine), although
+    its stage A applied window 5's outcome before its first admit of the epoch (a first version of the half
+    that reset the selection at the partition's first admit of an epoch would charge δ_key)."""
+    cfg = config("sums_optimal", rho=1000)
+    ev = lambda u, t, items: orjson.dumps({"user": u, "ts": t, "items": items})  # noqa: E731
+    p0 = [ev(f"a{k}", 41.0 + k * 0.1, ["k"]) for k in range(30)] + [ev("a0", 95.0, [])]
+    p1 = [ev("b", 1.0, ["x"]), ev("b", 51.0, ["k"]), ev("b", 95.0, [])]
+    ref, ref_spend, got, spend, _ = _engine_and_staged(cfg, [p0, p1], [[0], [1]])
+    assert any(orjson.loads(r)["values"]["new_keys"] == ["k"] and orjson.loads(r)["window"]["seq"] == 5 for r in ref)
+    assert ref_spend["b"][0][1] == cfg.build_queries()[0]._delta_key_fixed  # δ_key once: "x" in window 1 only
+    assert got == ref and spend == ref_spend
+
+
+def test_continual_sums_a_user_at_budget_is_dropped_end_to_end():
+    """A user whose window-2 charge (two keys, value 10, the tree's G) does not fit their budget is refused and
+    reaches no later release: the per-key count and sum increments stage A sends leave them out, and the
+    releases and spend equal the engine's."""
+    cfg = config("sums_tree", rho=40)
+    ev = lambda u, t, items, v: orjson.dumps({"user": u, "ts": t, "items": items, "value": v})  # noqa: E731
+    evs = [ev("greedy", 1.0 + w * 10, ["x", "y"], 10.0) for w in range(3)]
+    evs += [ev(f"u{k}", 2.0 + w * 10, ["x"], 1.0) for w in range(3) for k in range(3)]
+    evs.sort(key=lambda b: orjson.loads(b)["ts"])
+    ref, ref_spend, got, spend, parts = _engine_and_staged(cfg, [evs], [[0]])
+    assert got == ref and spend == ref_spend
+    assert ref_spend["greedy"][1] and not ref_spend["u0"][1]
+    assert [(p.admitted, p.refused) for p in parts] == [(4, 0), (3, 1), (3, 1)]
+    for p in parts[1:]:  # only the three others' x, value 1 each
+        q = p.queries[0]
+        assert [p.items[c] for c in q.codes] == ["x"] and q.counts.tolist() == [3]
+        assert q.sums.tolist() == [3 * round(1.0 / cfg.build_queries()[0].grid)]
+
+
+def test_geo_a_user_at_budget_is_dropped_end_to_end():
+    """The budget holds one window's location cost (and a half): a user located in every window is refused from
+    window 2 on, and their point no longer crosses — the parts carry the admitted users' points only, no user id;
+    the releases and spend equal the engine's."""
+    name = "geo"
+    cfg = config(name)
+    cost = cfg.build_queries()[0].cost.cgp_rho * 2  # the two geo queries of the configuration
+    text = (SERVICE % {"rho": 1} + CONFIGS[name]).replace("[budget]\n", f"[budget]\ncgp_rho = {1.5 * cost!r}\n")
+    cfg = parse_config(tomllib.loads(text), log_warnings=False)
+    ev = lambda u, t, loc: orjson.dumps({"user": u, "ts": t, "loc": loc})  # noqa: E731
+    evs = [ev("greedy", 1.0 + w * 10, [5.0, 5.0]) for w in range(3)]
+    evs += [ev(f"u{w}-{k}", 2.0 + w * 10 + k, [1.0 + k, 2.0 + w]) for w in range(3) for k in range(3)]
+    evs.sort(key=lambda b: orjson.loads(b)["ts"])
+    ref, ref_spend, got, spend, parts = _engine_and_staged(cfg, [evs[:7], evs[7:]], [[0], [1]])
+    assert got == ref and spend == ref_spend
+    assert ref_spend["greedy"][1] and not any(h for u, (_, h) in ref_spend.items() if u != "greedy")
+    greedy_windows = {p.seq: p for p in parts if [5.0, 5.0] in p.queries[0].points.tolist()}
+    assert sorted(greedy_windows) == [1]  # greedy's point crossed in window 1 only
+    assert sum(p.queries[0].points.shape[0] for p in parts) == 10 and all(p.queries[0].order.size ==
+                                                                         p.queries[0].points.shape[0] for p in parts)
+
+
+def test_adaptive_per_index_executed_costs_reach_their_users():
+    """range_counts over two partitions with several users each: PIE eliminates users far from the rectangle early
+    (they execute less than r_i); the outcome's per-partition executed costs, matched by local index, settle each
+    user and update their B_i in stage A, so the next query's allocations (r_i from the savings, Alg. 3), the
+    releases and the spend equal the engine's — a shuffled index would move savings between users."""
+    cfg = config("range", rho=1)
+    ev = lambda u, t, loc: orjson.dumps({"user": u, "ts": t, "loc": loc})  # noqa: E731
+    g = np.random.default_rng(8)
+    by_p = [[], []]
+    for w in (2, 3, 4, 5, 6):  # nobody at window 9: the last query does not take what the users saved
+        for k in range(10):
+            loc = [[float(g.uniform(0, 10)), 0.5], [5.0 + g.normal(0, 0.3), 5.0],  # far, deep inside, on the border
+                   [5.0 + 1.8 + g.normal(0, 0.05), 5.0]][k % 3]
+            by_p[k % 2].append(ev(f"u{k}", (w - 1) * 10 + 1.0 + k * 0.1, [round(x, 4) for x in loc]))
+    by_p[0].append(ev("u0", 120.0, None))
+    ref, ref_spend, got, spend, parts = _engine_and_staged(cfg, by_p, [[0], [1]])
+    recs = [orjson.loads(r) for r in ref if orjson.loads(r)["values"].get("query_index")]
+    assert any(r["values"]["eliminated_early"] for r in recs)
+    assert len({tuple(v[0]) for v in ref_spend.values()}) > 1  # users executed different amounts
+    assert got == ref and spend == ref_spend

@@ -258,17 +258,31 @@ class ThresholdCount(WindowQuery):
         u, ids = w.item_pairs()
         return np.intersect1d(users, u[ids == iid])
 
+    def item_of(self, seq: int) -> str | None:
+        """The item I_l of the query bound to window ``seq`` (None: no query)."""
+        l = self._index.get(int(seq))
+        return None if l is None else self.items_[l - 1]
+
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
-        no_cost = np.zeros((0, N_COMPONENTS), dtype=np.int64)
         l = self._index.get(w.seq)
+        users = res.users[admitted[res.users]] if res.users.size else res.users
+        count = 0 if l is None else int(self._counted(w, users, self.items_[l - 1], items).size)
+        rel, row = self.release_count(w.seq, count, rng)
+        if l is None:
+            return QueryRelease(values=rel.values, users=np.zeros(0, np.int64),
+                                actual=np.zeros((0, N_COMPONENTS), dtype=np.int64), meta=rel.meta)
+        return QueryRelease(values=rel.values, users=users, actual=np.tile(row, (users.size, 1)), meta=rel.meta)
+
+    def release_count(self, seq: int, count: int, rng: np.random.Generator) -> tuple[QueryRelease, np.ndarray | None]:
+        """The coordinator's share: the answer of window ``seq`` from the count |H| of admitted users with the item
+        (summed over partitions: exact), and the cost row every admitted user of the window settles to (None: no
+        query at this window)."""
+        l = self._index.get(int(seq))
         if l is None:  # the answered shape, null but m (a stable record shape)
             values = {**dict.fromkeys(("query_index", "threshold", "item", "below_threshold", "eliminated", "rounds",
                                        "privacy_savings")), "m": self.m}
-            return QueryRelease(values=values, users=np.zeros(0, np.int64), actual=no_cost,
-                                meta={"query_index": None, "rounds": None})
-        users = res.users[admitted[res.users]] if res.users.size else res.users
-        count = int(self._counted(w, users, self.items_[l - 1], items).size)
+            return QueryRelease(values=values, meta={"query_index": None, "rounds": None}), None
         T = self.thresholds[l - 1]
         # Liang–Yi (adaptive budgeting) Alg. 9: PIE-NI on G_0 = {the count}, distance triple, ν_low = ν_high = T
         out = pie_ni(rng, distance_triple(np.array([float(count)])), self._round_rho, beta0=self.beta0,
@@ -276,13 +290,12 @@ class ThresholdCount(WindowQuery):
         eliminated = not bool(out.survivors[0])
         answer = bool(out.s1[0]) if eliminated else bool(out.mean[0, 0] < T)
         executed = float(out.executed_rho[0])
-        actual = np.zeros((users.size, N_COMPONENTS), dtype=np.int64)
-        actual[:, _ZRHO] = threshold_cost(executed).to_fixed()[_ZRHO]  # ≤ the reserved ρ (split_rounds)
+        row = np.zeros(N_COMPONENTS, dtype=np.int64)
+        row[_ZRHO] = threshold_cost(executed).to_fixed()[_ZRHO]  # ≤ the reserved ρ (split_rounds)
         values = {"query_index": l, "m": self.m, "threshold": T, "item": self.items_[l - 1],
                   "below_threshold": answer, "eliminated": eliminated, "rounds": int(out.rounds),
                   "privacy_savings": public_float((self.rho - executed) / self.rho)}
-        return QueryRelease(values=values, users=users, actual=actual,
-                            meta={"query_index": l, "rounds": int(out.rounds)})
+        return QueryRelease(values=values, meta={"query_index": l, "rounds": int(out.rounds)}), row
 
     def state(self) -> dict:
         return {}  # no state across windows (the thresholds and ρ are configuration)

@@ -164,15 +164,21 @@ class ContinualSums(WindowQuery):
     def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
         if self.mech.t != w.t - 1:
             raise ValueError(f"continual_sums {self.id}: window {w.t} after {self.mech.t} (windows close in order)")
+        return self.prepare_with(w, self.bounder, self.mech.selected_mask)
+
+    def prepare_with(self, w: WindowData, bounder: RecordBounder, selected_mask) -> Reservation:
+        """:meth:`prepare` against the per-user record history ``bounder`` (the query's own; in a staged deployment
+        the input partition's, held by stage A) and ``selected_mask`` (key ids → selected by an earlier window of
+        the epoch: public, from the releases; stage A's half answers it from the outcomes' selected key names)."""
         users, keys = w.item_pairs()
         if users.size == 0:
             return Reservation(users=np.zeros(0, dtype=np.int64), costs=np.zeros((0, N_COMPONENTS), np.int64),
                                private=None)
         counts = np.diff(w.item_offsets)
         x = self._values(w, counts)
-        gram = self.mech.gram_column(w.t)
-        b = self.bounder.bound(users, keys, x, record_order(w), w.t, gram)
-        first_unselected = (b.prior_n == 0) & ~self.mech.selected_mask(b.pair_key)
+        gram = self.mech.gram_column(w.t)  # public: a function of t and the parameters only
+        b = bounder.bound(users, keys, x, record_order(w), w.t, gram)
+        first_unselected = (b.prior_n == 0) & ~selected_mask(b.pair_key)
         cu, rho, n_first = window_charges(b.pair_user, b.pair_j, b.prior_g, float(gram[w.t]), self.sigma,
                                           b.pair_a, b.prior_xg, self.value_sigma, first_unselected)
         costs = np.zeros((cu.size, N_COMPONENTS), dtype=np.int64)
@@ -182,12 +188,22 @@ class ContinualSums(WindowQuery):
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
+        ids, inc_c, inc_s = self.admitted_increments(res, admitted, self.bounder)
+        return self.release_increments(ids, inc_c, inc_s, rng, items)[0]
+
+    def admitted_increments(self, res: Reservation, admitted: np.ndarray, bounder: RecordBounder | None = None
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Stage A's share of the release: commits the admitted users' kept records to the per-user history
+        (``bounder``: the query's own by default) and returns per key (sorted key ids) the admitted clamped count
+        and (with values) sum increments — integers (sums in grid units), so their sum over partitions is exact
+        in any order."""
+        bounder = self.bounder if bounder is None else bounder
         b = res.private
         ids = np.zeros(0, dtype=np.int64)
         inc_c = np.zeros(0, dtype=np.int64)
         inc_s = np.zeros(0, dtype=np.int64) if self.requires_value else None
         if b is not None and b.pair_user.size:
-            self.bounder.commit(b, admitted)
+            bounder.commit(b, admitted)
             keep = admitted[b.pair_user]
             everyone = bool(keep.all())
             keys, j = (b.pair_key, b.pair_j) if everyone else (b.pair_key[keep], b.pair_j[keep])
@@ -213,6 +229,13 @@ class ContinualSums(WindowQuery):
                     inc_c = np.add.reduceat(j[o], starts)
                     if a_units is not None:
                         inc_s = np.add.reduceat(a_units[o], starts)
+        return ids, inc_c, inc_s
+
+    def release_increments(self, ids: np.ndarray, inc_c: np.ndarray, inc_s: np.ndarray | None,
+                           rng: np.random.Generator, items: Names) -> tuple[QueryRelease, None]:
+        """The coordinator's share: one step of the per-key running totals (the tree or BLT noise, sticky
+        thresholded selection) with the merged per-key increments (sorted key ids of ``items``). No settle:
+        (release, None)."""
         rel = self.mech.step(ids, inc_c, inc_s, rng)
         names = items.names(rel.selected_ids)
         hc = rel.count_halfwidth
@@ -229,7 +252,8 @@ class ContinualSums(WindowQuery):
             values["sums"] = dict(zip(names, (rel.sums * g).tolist()))  # × a power of two: exact
             values["ci95"]["sum"] = dict(zip(names, zip(((rel.sums - hs) * g).tolist(),
                                                         ((rel.sums + hs) * g).tolist())))
-        return QueryRelease(values=values, meta={"selected": len(names), "new_selected": len(values["new_keys"])})
+        return QueryRelease(values=values, meta={"selected": len(names),
+                                                 "new_selected": len(values["new_keys"])}), None
 
     #: the version of the tree's charge rule (``tree_noise`` module docstring): 2 = the plain tree charges only the
     #: nodes its estimate reads (rule 1 charged every completed node). A release parameter of ``noise = "tree"``

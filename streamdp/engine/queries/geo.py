@@ -272,6 +272,19 @@ def user_locations(w: WindowData, frame: PlanarFrame, rule: str) -> tuple[np.nda
     return locate_users(w, ok, frame.locate, rule)
 
 
+def canonical_points(xy: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The points in ascending order of their users' order keys (ties — probability ~ n²/2⁶⁵ — by x, then y: equal
+    points are interchangeable). The mechanisms consume points in order (one noise draw per point in turn, k-PNN's
+    sparse-vector scan, the hull's anchors), so the order must not be the interned user ids (they follow other
+    users' data) nor a partition order; and it must not follow the values either — the analyses of k-PNN and PCH
+    (Liang–Yi (CGP)) index the tuple of points independently of where they lie. A keyed hash per user is both."""
+    xy = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
+    keys = np.asarray(keys, dtype=np.uint64)
+    if keys.shape[0] != xy.shape[0]:
+        raise ValueError("one order key per point")
+    return xy[np.lexsort((xy[:, 1], xy[:, 0], keys))]
+
+
 class _GeoQuery(WindowQuery):
     """Shared prepare/release plumbing: every located user pays the same ``self.cost`` (canonical units)."""
 
@@ -300,25 +313,42 @@ class _GeoQuery(WindowQuery):
             raise ValueError(f"{given}: {getattr(self, given, self.rho_unit)!r}{what} is {self.cost.cgp_rho!r} ρ per "
                              "m², too large for the fixed-point ledger") from None
 
-    def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
+    def prepare(self, w: WindowData, rng) -> Reservation:
+        """Every located user reserves ``self.cost``. ``rng``: the close's :class:`~streamdp.engine.stage_a.
+        BoundingDraws` for this query, which gives each located user an order key (a keyed hash of query, window
+        and user name): the release hands the points to the mechanism in that order (:func:`canonical_points`)."""
         users, xy = user_locations(w, self.frame, self.location)
         if users.size == 0:
             return Reservation.empty()
-        return Reservation(users, np.tile(self._cost_fixed, (users.size, 1)), private=xy)
+        order_keys = getattr(rng, "user_order_keys", None)
+        if order_keys is None:
+            raise TypeError(f"{self.kind} {self.id}: prepare needs the close's BoundingDraws (its user order keys), "
+                            f"got {type(rng).__name__}")
+        return Reservation(users, np.tile(self._cost_fixed, (users.size, 1)), private=(xy, order_keys(users)))
+
+    def admitted_points(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stage A's share: the admitted users' bounded planar points and their order keys (no user ids)."""
+        if not res.users.size:
+            return np.zeros((0, 2)), np.zeros(0, dtype=np.uint64)
+        xy, keys = res.private
+        keep = admitted[res.users]
+        return xy[keep], keys[keep]
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
-        if res.users.size:
-            keep = admitted[res.users]
-            users, xy = res.users[keep], res.private[keep]
-        else:
-            users, xy = res.users, np.zeros((0, 2))
-        if users.size == 0:
-            return QueryRelease(values=self._empty_values(), users=users,
-                                actual=np.zeros((0, self._cost_fixed.size), dtype=np.int64), meta={"users": 0})
-        values = self._release(rng, xy)
-        return QueryRelease(values=values, users=users, actual=np.tile(self._cost_fixed, (users.size, 1)),
-                            meta={"users": int(users.size)})
+        users = res.users[admitted[res.users]] if res.users.size else res.users
+        xy, keys = self.admitted_points(res, admitted)
+        rel = self.release_points(xy, keys, rng)
+        return QueryRelease(values=rel.values, users=users, actual=np.tile(self._cost_fixed, (users.size, 1)),
+                            meta=rel.meta)
+
+    def release_points(self, xy: np.ndarray, keys: np.ndarray, rng: np.random.Generator) -> QueryRelease:
+        """The coordinator's share: the release from the admitted points (any order in: they are put in the
+        canonical order first, :func:`canonical_points`). Every admitted user's cost is the reservation (nothing
+        to settle)."""
+        if xy.shape[0] == 0:
+            return QueryRelease(values=self._empty_values(), meta={"users": 0})
+        return QueryRelease(values=self._release(rng, canonical_points(xy, keys)), meta={"users": int(xy.shape[0])})
 
     def _empty_values(self) -> dict:
         """The values of a window without located users: the released shape, null where nothing was computed

@@ -432,7 +432,10 @@ class SequentialAdaptiveQuery(WindowQuery):
         self.charged[users] += charged_m2
 
     # ---- WindowQuery ------------------------------------------------------------------------------------------
-    def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
+    def prepare(self, w: WindowData, rng) -> Reservation:
+        """r_i and the reservation of every located user; ``rng``: the close's
+        :class:`~streamdp.engine.stage_a.BoundingDraws` for this query, which gives each user an order key (the
+        release hands the users to the mechanism in that order: :meth:`release_window`)."""
         l = self.query_index(w.seq)
         if l is None:
             return Reservation.empty()
@@ -440,47 +443,76 @@ class SequentialAdaptiveQuery(WindowQuery):
         if users.size == 0:
             return Reservation.empty()
         r = self.allocation(self.remaining_of(users), l)
+        cap = np.maximum(self.budget_canonical - self.charged_of(users), 0)  # P − C_i
         costs = np.zeros((users.size, N_COMPONENTS), dtype=np.int64)
         # worst case of the PIE cost (pie_cost / range_count_pie_cost of all c rounds = r_i, Liang–Yi (adaptive budgeting) Alg. 4, Thm 4.4),
         # in the canonical unit: min(⌈r_i/c²⌉, P − C_i), so C_i + reservation ≤ P (module notes)
-        costs[:, _CGP] = self.ledger_cost(users, r)
-        return Reservation(users, costs, private=(xy, r))
+        costs[:, _CGP] = np.minimum(self.coords.canonical_fixed(r), cap)
+        order_keys = getattr(rng, "user_order_keys", None)
+        if order_keys is None:
+            raise TypeError(f"{self.kind} {self.id}: prepare needs the close's BoundingDraws (its user order keys), "
+                            f"got {type(rng).__name__}")
+        return Reservation(users, costs, private=(xy, r, cap, order_keys(users)))
+
+    def admitted_inputs(self, res: Reservation, admitted: np.ndarray) -> tuple:
+        """Stage A's share: the admitted users (sorted ids), their planar points, allocations r_i (per unit²),
+        ledger caps P − C_i (per m²) and order keys."""
+        if not res.users.size:
+            z = np.zeros(0, dtype=np.int64)
+            return z, np.zeros((0, 2)), z, z, np.zeros(0, dtype=np.uint64)
+        xy, r, cap, keys = res.private
+        keep = admitted[res.users]
+        return res.users[keep], xy[keep], r[keep], cap[keep], keys[keep]
 
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
-        no_cost = np.zeros((0, N_COMPONENTS), dtype=np.int64)
-        l = self.query_index(w.seq)
-        if l is None:
-            return QueryRelease(values=self._idle(), users=np.zeros(0, np.int64), actual=no_cost,
-                                meta=dict.fromkeys(("query_index", "users", "eliminated_early", "privacy_savings")))
-        if res.users.size:
-            xy, r = res.private
-            keep = admitted[res.users]
-            users, xy, r = res.users[keep], xy[keep], r[keep]
-        else:
+        users, xy, r, cap, keys = self.admitted_inputs(res, admitted)
+        rel, e_fixed, charged = self.release_window(w.seq, xy, r, cap, keys, rng)
+        actual = np.zeros((users.size, N_COMPONENTS), dtype=np.int64)
+        if self.query_index(w.seq) is None:
             users = np.zeros(0, np.int64)
+            actual = actual[:0]
+        elif users.size:
+            actual[:, _CGP] = charged
+            self._charge(users, e_fixed, charged)
+        return QueryRelease(values=rel.values, users=users, actual=actual, meta=rel.meta)
+
+    def release_window(self, seq: int, xy: np.ndarray, r: np.ndarray, cap: np.ndarray, keys: np.ndarray,
+                       rng: np.random.Generator) -> tuple[QueryRelease, np.ndarray, np.ndarray]:
+        """The coordinator's share: query l of window ``seq`` on the admitted users' inputs (any order in: the
+        users are handed to the mechanism in ascending order of their order keys — neither interned ids, which
+        follow other users' data, nor partitions, nor the values). Returns (values and meta, the executed cost per
+        user in the input order — fixed point per unit², ≤ r_i —, what the ledger settles them to: min(⌈e_i/c²⌉,
+        P − C_i) per m², Liang–Yi (adaptive budgeting) Thm 4.4)."""
+        l = self.query_index(seq)
+        z = np.zeros(0, dtype=np.int64)
+        if l is None:
+            return (QueryRelease(values=self._idle(),
+                                 meta=dict.fromkeys(("query_index", "users", "eliminated_early", "privacy_savings"))),
+                    z, z)
         head = {"query_index": l, "m": self.m, **self._query_values(l)}
-        if users.size == 0:
-            return QueryRelease(values={**head, **self._empty(l), "users": 0, "eliminated_early": 0,
-                                        "privacy_savings": 0.0},
-                                users=users, actual=no_cost,
-                                meta={"query_index": l, "users": 0, "eliminated_early": 0, "privacy_savings": 0.0})
-        rho = reservation_to_rho(r)  # one ulp below r_i: the executed cost rounds up to ≤ r_i
-        values, executed, eliminated = self._run(rng, l, xy, rho)
-        e_fixed = fixed_up(executed)  # pie_cost(executed_i): the executed rounds only (Liang–Yi (adaptive budgeting) Alg. 1, R = 0 after)
+        n = int(np.asarray(r).size)
+        if n == 0:
+            return (QueryRelease(values={**head, **self._empty(l), "users": 0, "eliminated_early": 0,
+                                         "privacy_savings": 0.0},
+                                 meta={"query_index": l, "users": 0, "eliminated_early": 0, "privacy_savings": 0.0}),
+                    z, z)
+        xy = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
+        r = np.asarray(r, dtype=np.int64)
+        order = np.lexsort((r, xy[:, 1], xy[:, 0], np.asarray(keys, dtype=np.uint64)))
+        rho = reservation_to_rho(r[order])  # one ulp below r_i: the executed cost rounds up to ≤ r_i
+        values, executed, eliminated = self._run(rng, l, xy[order], rho)
+        e_fixed = np.empty(n, dtype=np.int64)
+        e_fixed[order] = fixed_up(executed)  # pie_cost(executed_i): the executed rounds only (Liang–Yi (adaptive budgeting) Alg. 1, R = 0 after)
         if np.any(e_fixed > r):  # cannot happen (reservation_to_rho); never settle above a reservation
             raise RuntimeError(f"{self.id}: executed cost above the reservation")
-        actual = np.zeros((users.size, N_COMPONENTS), dtype=np.int64)
         # min(⌈executed_i/c²⌉, P − C_i) ≤ the reservation (monotone, same cap); C_i stays ≥ the real cost so far
-        actual[:, _CGP] = self.ledger_cost(users, e_fixed)
-        self._charge(users, e_fixed, actual[:, _CGP])
+        charged = np.minimum(self.coords.canonical_fixed(e_fixed), np.asarray(cap, dtype=np.int64))
         # PrivSav = (1/n) Σ_i (r_i − executed_i)/r_i (Liang–Yi (adaptive budgeting) §7.1), shown at the precision it carries (public_float)
         sav = public_float(privacy_savings(rho, executed))
-        values = {**head, **values, "users": int(users.size), "eliminated_early": int(eliminated),
-                  "privacy_savings": sav}
-        return QueryRelease(values=values, users=users, actual=actual,
-                            meta={"query_index": l, "users": int(users.size), "eliminated_early": int(eliminated),
-                                  "privacy_savings": sav})
+        values = {**head, **values, "users": n, "eliminated_early": int(eliminated), "privacy_savings": sav}
+        return (QueryRelease(values=values, meta={"query_index": l, "users": n, "eliminated_early": int(eliminated),
+                                                  "privacy_savings": sav}), e_fixed, charged)
 
     def _query_values(self, l: int) -> dict:
         return {}
