@@ -151,7 +151,7 @@ def run_worker(args) -> int:
     from streamdp.adapters.kafka.logs import setup_logging
     from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
 
-    if args.role == "ingest":
+    if args.role == "ingest" and cfg.kafka.get("stage_a") != "admit":
         return run_ingest(args, cfg)
     if args.input_topic is not None:
         cfg.kafka["input_topic"] = args.input_topic
@@ -178,9 +178,11 @@ def run_worker(args) -> int:
         raise CLIError("--checkpoint-seconds must be > 0 and --checkpoint-batches ≥ 1")
     if args.session_timeout_ms < 1000:
         raise CLIError("--session-timeout-ms must be ≥ 1000")
+    if args.role == "ingest" and args.standalone:
+        raise CLIError("--standalone is for --role all: ingest workers always share the input in a consumer group")
     setup_logging(args.log_format, args.log_level.upper())
     _log_config_warnings(cfg)
-    client_kw = _client_kw(cfg, "streamdp-worker")
+    client_kw = _client_kw(cfg, "streamdp-ingest" if args.role == "ingest" else "streamdp-worker")
     metrics = _serve_metrics(args, cfg)  # before the store: a busy port refuses the start without touching it
     try:
         with _signals_stop():
@@ -202,7 +204,16 @@ def run_worker(args) -> int:
                                      allow_empty_store=args.allow_empty_store or None)
     if cfg.service["unsafe_test_seed"] is not None:
         print("WARNING: unsafe test seed in use — these releases are NOT differentially private", file=sys.stderr)
-    worker = KafkaWorker(cfg, store, client_kw, opts, metrics=metrics)
+    if opts.stage_a == "admit" and args.role != "all":
+        # the staged split (docs/DECISIONS.md, "Scale-out: stage A admits"): stage A admits, the coordinator
+        # releases from per-item counts
+        if args.role == "ingest":
+            from streamdp.adapters.kafka.admit_ingest import AdmitIngestWorker as Split
+        else:
+            from streamdp.adapters.kafka.split_coordinator import SplitCoordinator as Split
+        worker = Split(cfg, store, client_kw, opts, metrics=metrics)
+    else:
+        worker = KafkaWorker(cfg, store, client_kw, opts, metrics=metrics)
     try:
         return _run_refusing_bad_topics(worker)
     finally:
