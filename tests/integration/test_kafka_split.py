@@ -131,10 +131,91 @@ def _run_split(tmp, cfg: str, url: str, n: int, tag: str) -> None:
         kill_all(coord, *ingest)
 
 
+def _foreign_records(bootstrap: str, st: dict) -> None:
+    """Before the split starts: a marker of ANOTHER deployment on parts partition 0 saying "partition 0 is done
+    through window 999, end of input", and the same without any stream header. Fed to the coordinator, either would
+    close every window without partition 0's data (the releases would differ)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    from streamdp.adapters.kafka.forward import Stream
+    from streamdp.adapters.kafka.split_stream import stream_headers
+    from streamdp.adapters.kafka.topics import ensure_topics, parts_topic
+    from streamdp.engine.staged_messages import PartitionMarker
+
+    topic = parts_topic(st["kafka"])
+    marker = PartitionMarker(0, 999, 999, True).to_bytes()
+
+    async def go():
+        await ensure_topics({"bootstrap_servers": bootstrap}, [topic], PARTITIONS)
+        prod = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await prod.start()
+        try:
+            other = Stream(st["kafka"]["group_id"] + "-other", st["kafka"]["input_topic"])
+            await prod.send_and_wait(topic, marker, partition=0, headers=stream_headers(other))
+            await prod.send_and_wait(topic, marker, partition=0)
+        finally:
+            await prod.stop()
+
+    asyncio.run(go())
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_n_ingest_workers_and_the_coordinator_equal_one_worker(reference, tansu, redis_server, tmp_path, n):
     prefix = reference["prefix"] + f"n{n}."
     st = _split_config(prefix, tansu.bootstrap, reference["raw"]["kafka"]["input_topic"])
     url = _db(redis_server, 9 + n)
+    if n == 1:
+        _foreign_records(tansu.bootstrap, st)
     _run_split(tmp_path, write_config(tmp_path / "st.toml", st), url, n, f"n{n}")
     _assert_equal(tansu.bootstrap, reference, st, url)
+    c_log = (tmp_path / f"n{n}.c.log").read_text()
+    assert "coordinator started (stage A admits)" in c_log
+    if n == 1:  # both refused: one of another deployment, one naming none
+        assert "a parts-topic record of another deployment is refused" in c_log
+        assert "a parts-topic record of no named stream is refused" in c_log
+    owners = [json.loads(x)["partitions"] for i in range(n) for x in (tmp_path / f"n{n}.a{i}.log").read_text()
+              .splitlines() if "ingest: partitions assigned" in x]
+    assert sorted(p for ps in owners for p in ps) == list(range(PARTITIONS))  # each worker took its share
+
+
+def test_rebalance_and_sigkills_mid_stream_equal_one_worker(reference, tansu, redis_server, tmp_path):
+    """The coordinator is killed right after a checkpoint (nothing published, no outcome announced) while stage A
+    waits for it; a second ingest worker joins (a rebalance: the first checkpoints and releases half of its
+    partitions, the second adopts them); a restarted coordinator re-publishes and re-announces; then the first
+    ingest worker is killed after its parts were acknowledged but before its partitions were checkpointed (the
+    second adopts them from older checkpoints and re-admits: copies, no charge; its re-sent parts are equal)."""
+    prefix = reference["prefix"] + "kill."
+    st = _split_config(prefix, tansu.bootstrap, reference["raw"]["kafka"]["input_topic"])
+    url = _db(redis_server, 13)
+    cfg = write_config(tmp_path / "st.toml", st)
+    coord = ["--config", cfg, "--store", url, "--role", "coordinator"]
+    ingest = ["--config", cfg, "--store", url, "--role", "ingest", *GROUP]
+    c1 = a1 = a2 = c2 = None
+    try:
+        c1 = start_worker(coord, {"STREAMDP_CRASH_POINT": "split_after_checkpoint:3"}, str(tmp_path / "c1.log"))
+        a1 = start_worker(ingest, {"STREAMDP_CRASH_POINT": "split_after_send:16"}, str(tmp_path / "a1.log"))
+        assert c1.wait(60) == -signal.SIGKILL, (tmp_path / "c1.log").read_text()[-2000:]
+        a2 = start_worker([*ingest, "--drain-idle", "2"], log_path=str(tmp_path / "a2.log"))
+        wait_for(lambda: '"partitions": [' in "".join(x for x in (tmp_path / "a2.log").read_text().splitlines()
+                                                    if "partitions assigned" in x and '"partitions": []' not in x),
+                 60, "a2 to take a share of the partitions", a2)
+        c2 = start_worker([*coord, "--drain-idle", "1"], log_path=str(tmp_path / "c2.log"))
+        assert a1.wait(90) == -signal.SIGKILL, (tmp_path / "a1.log").read_text()[-2000:]
+        assert c2.wait(120) == 0, (tmp_path / "c2.log").read_text()[-3000:]
+        assert a2.wait(60) == 0, (tmp_path / "a2.log").read_text()[-3000:]
+    finally:
+        kill_all(c1, a1, a2, c2)
+    a1_log = (tmp_path / "a1.log").read_text()
+    assert a1_log.count("ingest: partitions assigned") >= 2  # the rebalance reached a1 (it gave partitions up)
+    restored = [json.loads(x) for x in (tmp_path / "c2.log").read_text().splitlines() if "restored checkpoint" in x]
+    assert restored and restored[0]["last_closed"] > 0  # c2 went on from c1's checkpoint
+    _assert_equal(tansu.bootstrap, reference, st, url)
+
+
+def test_the_split_on_a_redis_cluster_equals_one_worker(reference, tansu, redis_cluster_url, tmp_path):
+    prefix = reference["prefix"] + "cluster."
+    st = _split_config(prefix, tansu.bootstrap, reference["raw"]["kafka"]["input_topic"])
+    _run_split(tmp_path, write_config(tmp_path / "st.toml", st), redis_cluster_url, 2, "cl")
+    _assert_equal(tansu.bootstrap, reference, st, redis_cluster_url)

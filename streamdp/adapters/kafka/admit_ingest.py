@@ -49,7 +49,7 @@ from streamdp.adapters.kafka.forward import Stream
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, split_runs
 from streamdp.adapters.kafka.logs import Throttle
 from streamdp.adapters.kafka.split_stream import stream_headers
-from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, ReadPastEnd, TopicSetupError, all_read_to_end,
+from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, ReadPastEnd, TopicSetupError, read_to_end,
                                             ensure_topics, start_retrying, stop_clients,
                                             stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
@@ -421,34 +421,40 @@ class AdmitIngestWorker:
             await self._restore(p)
 
     async def _drained(self) -> bool:
-        """``--drain-idle``: flush once the input is idle and read to its end; done once every owned partition sent
-        its final marker and applied the outcomes of the windows it admitted."""
+        """``--drain-idle``: once the input is idle that long, flush each owned partition read to its end (and,
+        after that first flush, each partition adopted later as soon as it is read to its end: a rebalance may bring
+        partitions of a worker that left); done once every owned partition sent its final marker and applied the
+        outcomes of the windows it admitted."""
+        from aiokafka import TopicPartition
+
         if not self.owned:
             return False
-        if not self.flushed:
-            if time.monotonic() - self._last_input < self.opts.drain_idle:
+        todo = [p for p, own in self.owned.items() if p in own.stage.parts and not own.stage.parts[p].flushing]
+        if todo:
+            if not self.flushed and time.monotonic() - self._last_input < self.opts.drain_idle:
                 return False
-            try:
-                at_end = await all_read_to_end(self.consumer, self.opts.input_topic,
-                                               {p: own.next for p, own in self.owned.items()})
-            except ReadPastEnd as e:
-                self._said.error("past_end", f"{e}: not draining on it", partition=e.partition)
-                return False
-            if not at_end:
-                return False
+            ready = []
+            for p in todo:
+                try:
+                    if await read_to_end(self.consumer, TopicPartition(self.opts.input_topic, p),
+                                         self.owned[p].next if p in self.owned else None):
+                        ready.append(p)
+                except ReadPastEnd as e:
+                    self._said.error("past_end", f"{e}: not draining on it", partition=e.partition)
+            if not self.flushed and len(ready) < len(todo):
+                return False  # the first flush: every owned partition at its end
             async with self.lock:
-                for p in sorted(self.owned):
-                    self._guarded(p, self.owned[p].stage.flush)
-                self.flushed = True
-                log.info("input idle and read to its end: flushing (end of input)",
-                         extra={"partitions": sorted(self.owned)})
+                for p in ready:
+                    own = self.owned.get(p)
+                    if own is not None and own.stage._failed is None and not own.stage.parts[p].flushing:
+                        self._guarded(p, own.stage.flush)
+                if ready:
+                    self.flushed = True
+                    log.info("input idle and read to its end: flushing (end of input)", extra={"partitions": ready})
             return False
         for p, own in list(self.owned.items()):
             st = own.stage.parts.get(p)
-            if st is None or st.flushing is False:
-                self._guarded(p, own.stage.flush)  # adopted after the flush
-                return False
-            if not (st.sent and st.sent[2]) or st.pending:
+            if st is None or not (st.sent and st.sent[2]) or st.pending:
                 return False
         log.info("drained: every owned partition sent its final marker and settled",
                  extra={"partitions": sorted(self.owned)})
