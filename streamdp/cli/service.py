@@ -32,7 +32,9 @@ def register(sub) -> None:
     p.add_argument("--role", choices=("all", "ingest", "coordinator"), default="all",
                    help="all: one worker does everything (default); the staged topology (deploy/OPERATIONS.md, Scale-out): ingest = "
                         "stage A, any number, parse/validate/dead-letter and forward to the internal topic; "
-                        "coordinator = stage C, one active (others standby), windows/filter/mechanisms/releases")
+                        "coordinator = stage C, one active (others standby), windows/filter/mechanisms/releases. "
+                        "With [kafka] stage_a = \"admit\" (count kinds only): ingest also windows, bounds and admits "
+                        "(it needs --store) and sends per-item counts; the coordinator releases from them")
     p.add_argument("--bootstrap", type=nonempty,
                    help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
     p.add_argument("--store", type=nonempty,
@@ -55,7 +57,10 @@ def register(sub) -> None:
                    help="bounded input: after SECONDS without events, with the input read to its end, close "
                         "the windows the watermark has passed, publish and exit (coordinator: once the input topic "
                         "holds nothing stage A has not forwarded; ingest: stop once its partitions are read to the "
-                        "end); the windows it has not passed stay open unless --close-open-windows")
+                        "end); the windows it has not passed stay open unless --close-open-windows. With "
+                        "stage_a = \"admit\": ingest flushes its partitions (end of input) and stops once they sent "
+                        "their final marker and settled; the coordinator stops once every partition's final marker "
+                        "came and every window is released")
     p.add_argument("--close-open-windows", action="store_true", default=None,
                    help="with --drain-idle: the input is complete — also close the windows the watermark has not "
                         "passed (their records say closed_by: end_of_input)")

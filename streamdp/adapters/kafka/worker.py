@@ -906,6 +906,11 @@ class KafkaWorker:
         self.dstore.discard()
         engine = ReleaseEngine(self.engine_config(), self.cfg.build_queries(), self.dstore)
         stage = CanonicalStage(engine)
+        if ck.state is not None and "engine" not in ck.state and "coordinator" in ck.state:
+            raise ParametersChanged(
+                f"checkpoint {self.ckpt.key} was written by the staged split's coordinator ([kafka] stage_a = "
+                "\"admit\"): this worker cannot take over its state; run the deployment with stage_a = \"admit\" "
+                "again (a deployment cannot switch between the split and the other shapes)")
         if ck.state is not None:
             eng_state = ck.state["engine"]
             if isinstance(eng_state, (bytes, bytearray)):  # checkpoint format 1: the engine snapshot's bytes
