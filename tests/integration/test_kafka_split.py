@@ -57,8 +57,12 @@ def _split_config(prefix: str, bootstrap: str, input_topic: str) -> dict:
     return raw
 
 
+def _db_url(redis_server, n: int) -> str:
+    return redis_server.url.rsplit("/", 1)[0] + f"/{n}"
+
+
 def _db(redis_server, n: int) -> str:
-    url = redis_server.url.rsplit("/", 1)[0] + f"/{n}"
+    url = _db_url(redis_server, n)
     redis.Redis.from_url(url).flushdb()
     return url
 
@@ -178,6 +182,17 @@ def test_n_ingest_workers_and_the_coordinator_equal_one_worker(reference, tansu,
     owners = [json.loads(x)["partitions"] for i in range(n) for x in (tmp_path / f"n{n}.a{i}.log").read_text()
               .splitlines() if "ingest: partitions assigned" in x]
     assert sorted(p for ps in owners for p in ps) == list(range(PARTITIONS))  # each worker took its share
+    if n == 1:  # one checkpoint key per deployment: a shape that cannot read the other's state refuses it
+        w = start_worker(["--config", write_config(tmp_path / "st.toml", st), "--store", url, "--standalone"],
+                         log_path=str(tmp_path / "all-on-split.log"))
+        assert w.wait(60) == 6, (tmp_path / "all-on-split.log").read_text()[-2000:]  # as changed parameters
+        assert "written by the staged split's coordinator" in (tmp_path / "all-on-split.log").read_text()
+        ref = copy.deepcopy(reference["raw"])
+        ref["kafka"]["stage_a"] = "admit"
+        w = start_worker(["--config", write_config(tmp_path / "ref.toml", ref), "--store", _db_url(redis_server, 9),
+                          "--role", "coordinator"], log_path=str(tmp_path / "split-on-all.log"))
+        assert w.wait(60) == 2, (tmp_path / "split-on-all.log").read_text()[-2000:]
+        assert "written by another shape" in (tmp_path / "split-on-all.log").read_text()
 
 
 def test_rebalance_and_sigkills_mid_stream_equal_one_worker(reference, tansu, redis_server, tmp_path):

@@ -49,11 +49,12 @@ from streamdp.adapters.kafka.forward import Stream
 from streamdp.adapters.kafka.lean_fetch import install_lean_fetch, split_runs
 from streamdp.adapters.kafka.logs import Throttle
 from streamdp.adapters.kafka.split_stream import stream_headers
-from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, ReadPastEnd, TopicSetupError, read_to_end,
+from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPED_IN_OUTAGE, ReadPastEnd, TopicSetupError, read_to_end,
                                             ensure_topics, start_retrying, stop_clients,
                                             stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import EngineFailed
+from streamdp.engine.release_parameters import ParametersChanged
 from streamdp.engine.stage_a_worker import StageA
 from streamdp.engine.staged_messages import WindowOutcome
 from streamdp.filter.store import Fenced, StoreError, StoreLost
@@ -182,7 +183,8 @@ class AdmitIngestWorker:
             if self.exit_code == 0:
                 async with self.lock:
                     for p in sorted(self.owned):
-                        self._checkpoint(p, force=True)
+                        if self.owned[p].stage._failed is None:
+                            self._guarded(p, self._checkpoint, p, True)
         finally:
             self.metrics.set_ready("stopping")
             await self.stop()
@@ -239,6 +241,11 @@ class AdmitIngestWorker:
                 break
             except Fenced:
                 raise
+            except ParametersChanged as e:  # no retry can help: the configuration must change back
+                log.error(str(e), extra={"worker": self.worker_id, "partition": p})
+                self.exit_code = EXIT_PARAMETERS_CHANGED
+                self.stopping.set()
+                return
             except (StoreError, StoreLost, OSError) as e:
                 if self.stopping.is_set():
                     raise

@@ -39,13 +39,13 @@ from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import Stream
 from streamdp.adapters.kafka.logs import Throttle
 from streamdp.adapters.kafka.split_stream import refusal, stream_of
-from streamdp.adapters.kafka.topics import (EXIT_STOPPED_IN_OUTAGE, EXIT_STORE_LOST, OUTPUT_TOPIC_CONFIGS,
+from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPED_IN_OUTAGE, EXIT_STORE_LOST, OUTPUT_TOPIC_CONFIGS,
                                             ensure_topics, output_topic, start_retrying, stop_clients,
                                             stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.coordinator_worker import Coordinator, PartConflict
 from streamdp.engine.engine import EngineFailed, ReleaseConflict
-from streamdp.engine.release_parameters import canonical
+from streamdp.engine.release_parameters import ParametersChanged, canonical
 from streamdp.engine.staged_messages import WindowOutcome
 from streamdp.filter.store import StoreError, StoreLost
 from streamdp.outputs.records import TEST_MODE_HEADERS
@@ -188,6 +188,8 @@ class SplitCoordinator:
                 return self._exit(EXIT_STORE_LOST, f"the budget store lost its state ({e}); exiting")
             except WrongShape as e:
                 return self._exit(2, str(e))
+            except ParametersChanged as e:  # no retry can help: the configuration must change back
+                return self._exit(EXIT_PARAMETERS_CHANGED, str(e))
             except (StoreError, KafkaError, OSError, asyncio.TimeoutError) as e:
                 log.warning("restore failed; retrying", extra={"error": str(e), "retry_in": delay})
                 self.metrics.set_ready(f"outage: restore failed ({type(e).__name__})")
