@@ -5,7 +5,9 @@ Any number of these workers share the input topic's partitions in the consumer g
 assigned input partition p gets its own :class:`~streamdp.engine.stage_a_worker.StageA` (owning p only) whose
 admits and settles go to the budget store under p's fence, and its own checkpoint in the store's Redis,
 ``<ns>:ckpt:<group_id>:<input topic>:p<p>`` (:class:`~streamdp.adapters.kafka.checkpoint.RedisCheckpoint`): p's
-state (``StageA.partition_snapshot``), p's next input offset and the outcomes-topic offset to resume from. One loop:
+state (what ``StageA.partition_snapshot`` encodes, kept as a tree so that its append logs — p's user and item names,
+its held events — are appended to in Redis, not rewritten: :func:`partition_tree`), p's next input offset and the
+outcomes-topic offset to resume from. One loop:
 
 1. the window outcomes of ``<internal_prefix>outcomes`` (one partition, read without a group from the least resume
    offset of the owned partitions) go to every owned StageA (``on_outcome``: settles, repeats ignored);
@@ -54,7 +56,8 @@ from streamdp.adapters.kafka.topics import (EXIT_PARAMETERS_CHANGED, EXIT_STOPPE
                                             stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import EngineFailed
-from streamdp.engine.release_parameters import ParametersChanged
+from streamdp.engine import state_codec
+from streamdp.engine.release_parameters import ParametersChanged, canonical
 from streamdp.engine.stage_a_worker import StageA
 from streamdp.engine.staged_messages import WindowOutcome
 from streamdp.filter.store import Fenced, StoreError, StoreLost
@@ -63,6 +66,7 @@ from streamdp.windows.held import take_rows
 from streamdp.windows.tumbling import rejection_detail
 
 log = logging.getLogger("streamdp.kafka")
+COMMIT_TIMEOUT = 2.0  # seconds an input-offset commit (lag monitoring only) may take
 
 
 @dataclass
@@ -81,6 +85,16 @@ def split_engine_config(cfg, opts):
     (``KafkaWorker.engine_config``): the same scope, so the same admits whichever shape the deployment runs."""
     ec = cfg.engine_config()
     return replace(ec, scope=f"{ec.scope}:{opts.group_id}:{opts.input_topic}")
+
+
+def partition_tree(stage: StageA, p: int) -> dict:
+    """``stage.partition_snapshot(p)`` before encoding (its state_codec bytes are this tree encoded, which
+    :meth:`StageA.adopt` takes back): the :class:`~streamdp.engine.append_log.AppendLog` s inside stay visible to
+    :meth:`RedisCheckpoint.write`, which appends to them (a partition's held events grow batch by batch; the whole
+    snapshot at every checkpoint would send them all again)."""
+    if stage._failed is not None:
+        raise EngineFailed(f"a stage-A step failed ({stage._failed}): its state is mid-close, not a checkpoint")
+    return {"parameters": canonical(stage.parameters), "partition": stage.parts[int(p)].state()}
 
 
 def partition_checkpoint(store, opts, p: int) -> RedisCheckpoint:
@@ -235,7 +249,7 @@ class AdmitIngestWorker:
                     self.owned[p] = Owned(stage, ckpt, nxt)
                     self._checkpoint(p, force=True)  # a fresh Kb is drawn once
                 else:
-                    stage.adopt(bytes(ck.state["stage_a"]))
+                    stage.adopt(state_codec.encode(ck.state["stage_a"]))
                     nxt, floor = int(ck.offsets[p]), int(ck.state["outcomes_from"])
                     self.owned[p] = Owned(stage, ckpt, nxt, dirty=True)
                 break
@@ -269,16 +283,31 @@ class AdmitIngestWorker:
         applied = self.owned[p].stage.applied(p)
         return min([self.out_pos] + [off for off, seq in self.seen.items() if seq > applied])
 
-    def _checkpoint(self, p: int, force: bool = False) -> None:
+    def _checkpoint(self, p: int, force: bool = False) -> int | None:
         own = self.owned[p]
         if not (force or own.dirty):
-            return
-        state = {"stage_a": own.stage.partition_snapshot(p), "outcomes_from": self._resume(p)}
+            return None
+        state = {"stage_a": partition_tree(own.stage, p), "outcomes_from": self._resume(p)}
         st = own.stage.parts[p]
         info = {"worker": self.worker_id, "partition": p, "through": st.through, "applied": st.applied,
                 "parameters": None}
         own.ckpt.write(state, {p: own.next}, [], {}, [], info)
         own.dirty = own.sent = False
+        return own.next
+
+    async def _commit(self, offsets: dict[int, int]) -> None:
+        """The checkpointed input offsets, committed to the group for lag monitoring only (the checkpoints are the
+        truth; bounded, failures ignored: a rebalance, an outage)."""
+        from aiokafka import TopicPartition
+        from aiokafka.errors import KafkaError
+        from aiokafka.structs import OffsetAndMetadata
+
+        try:
+            tps = {TopicPartition(self.opts.input_topic, p): OffsetAndMetadata(o, "") for p, o in offsets.items()}
+            await asyncio.wait_for(self.consumer.commit(tps), COMMIT_TIMEOUT)
+        except (KafkaError, asyncio.TimeoutError) as e:
+            self._said.warn("commit", "offset commit failed (lag monitoring only: the checkpoints hold the offsets)",
+                            error=str(e) or type(e).__name__)
 
     # ---- the loop ------------------------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -297,6 +326,7 @@ class AdmitIngestWorker:
                 await asyncio.sleep(1.0)
                 continue
             self.metrics.set_ready()
+            await self.metrics.export_lag(self.consumer, o.input_topic)
             async with self.lock:
                 if gen != self.generation:
                     batch = {}  # fetched before a seek: fetched again from the new positions
@@ -350,12 +380,16 @@ class AdmitIngestWorker:
             self.faults.hit("split_after_send")
         now = time.monotonic()
         periodic = now - self._last_ckpt >= o.checkpoint_seconds
+        written = {}
         for p in sorted(self.owned):
             own = self.owned.get(p)
             if own is not None and own.stage._failed is None and (own.sent or (periodic and own.dirty)):
-                self._guarded(p, self._checkpoint, p)
+                if self._guarded(p, self._checkpoint, p) is not None:
+                    written[p] = own.next
         if periodic:
             self._last_ckpt = now
+        if written:
+            await self._commit(written)
         for p in [p for p, own in self.owned.items() if own.stage._failed is not None]:
             await self._restore(p)
 
