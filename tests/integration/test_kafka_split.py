@@ -3,9 +3,10 @@ as processes"): N ingest workers (``--role ingest``: stage A windows, bounds and
 ``<internal_prefix>parts``) and one coordinator (``--role coordinator``: releases from the counts, answers on
 ``<internal_prefix>outcomes``) against a real tansu broker and a real Redis publish byte-identical release records,
 the same dead letters and the same per-user spend (halted users included) as ONE ``--role all`` worker on the same
-input (test-mode noise: equal records mean equal noise) — for N = 1, 2, 3; with a worker joining and one leaving
-mid-stream, ingest workers and the coordinator killed (SIGKILL) at the protocol's edges; on a 3-primary Redis
-Cluster; and a parts-topic record of another deployment is refused."""
+input (test-mode noise: equal records mean equal noise) — for N = 1, 2, 3 (with store failures recovered in
+process); with a worker joining and one leaving mid-stream, ingest workers and the coordinator killed (SIGKILL) at
+the protocol's edges; on a 3-primary Redis Cluster; a parts-topic record of another deployment is refused; and each
+shape refuses the other's checkpoint."""
 
 from __future__ import annotations
 
@@ -122,11 +123,18 @@ def _assert_equal(bootstrap: str, ref: dict, st: dict, url: str) -> None:
         store.close()
 
 
-def _run_split(tmp, cfg: str, url: str, n: int, tag: str) -> None:
-    coord = start_worker(["--config", cfg, "--store", url, "--role", "coordinator", "--drain-idle", "1"],
+def _store_error(point: str) -> dict:
+    """The fault injector's ``store_error`` mode: the point raises StoreError once (a Redis failure, or a lost reply
+    after the call took effect) and the worker must restore in process."""
+    return {"STREAMDP_CRASH_POINT": point, "STREAMDP_FAULT_MODE": "store_error"}
+
+
+def _run_split(tmp, cfg: str, url: str, n: int, tag: str, c_env: dict | None = None,
+               a_env: dict | None = None) -> None:
+    coord = start_worker(["--config", cfg, "--store", url, "--role", "coordinator", "--drain-idle", "1"], c_env,
                          log_path=str(tmp / f"{tag}.c.log"))
     ingest = [start_worker(["--config", cfg, "--store", url, "--role", "ingest", *GROUP, "--drain-idle", "2"],
-                           log_path=str(tmp / f"{tag}.a{i}.log")) for i in range(n)]
+                           a_env if i == 0 else None, log_path=str(tmp / f"{tag}.a{i}.log")) for i in range(n)]
     try:
         assert coord.wait(150) == 0, (tmp / f"{tag}.c.log").read_text()[-3000:]
         for i, a in enumerate(ingest):
@@ -172,7 +180,14 @@ def test_n_ingest_workers_and_the_coordinator_equal_one_worker(reference, tansu,
     url = _db(redis_server, 9 + n)
     if n == 1:
         _foreign_records(tansu.bootstrap, st)
-    _run_split(tmp_path, write_config(tmp_path / "st.toml", st), url, n, f"n{n}")
+    # in-process recoveries: n = 2, a lost reply after an admit (stage A restores that partition) and a store failure
+    # right after the coordinator's checkpoint (it restores, re-publishes and re-announces); n = 3, a store failure
+    # after stage A's parts were acknowledged, before its checkpoints (every owned partition replays)
+    c_env = _store_error("split_after_checkpoint:4") if n == 2 else None
+    a_env = {2: _store_error("after_admit:5"), 3: _store_error("split_after_send:3")}.get(n)
+    _run_split(tmp_path, write_config(tmp_path / "st.toml", st), url, n, f"n{n}", c_env, a_env)
+    for where in {2: ["a0", "c"], 3: ["a0"]}.get(n, []):  # the faults were reached
+        assert "fault injection: store error" in (tmp_path / f"n{n}.{where}.log").read_text(), where
     _assert_equal(tansu.bootstrap, reference, st, url)
     c_log = (tmp_path / f"n{n}.c.log").read_text()
     assert "coordinator started (stage A admits)" in c_log

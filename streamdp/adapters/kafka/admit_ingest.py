@@ -332,8 +332,12 @@ class AdmitIngestWorker:
                     batch = {}  # fetched before a seek: fetched again from the new positions
                 try:
                     await self._step(batch, outs.get(self.out_tp, []))
-                except KafkaError as e:  # nothing checkpointed past the acknowledged messages: replay every one
-                    log.warning("produce failed; restoring every owned partition", extra={"error": str(e)})
+                except (KafkaError, StoreError, ConnectionError, asyncio.TimeoutError) as e:
+                    # a produce or a checkpoint failed: nothing is checkpointed past what the broker acknowledged, so
+                    # every owned partition replays from its checkpoint (admits: copies; parts: equal repeats)
+                    log.warning("step failed; restoring every owned partition from its checkpoint",
+                                extra={"error": str(e) or type(e).__name__, "error_type": type(e).__name__})
+                    self.metrics.recoveries.inc()
                     await self._restore_all()
                     continue
             if self.exit_code:
