@@ -130,9 +130,9 @@ def _store_error(point: str) -> dict:
 
 
 def _run_split(tmp, cfg: str, url: str, n: int, tag: str, c_env: dict | None = None,
-               a_env: dict | None = None) -> None:
-    coord = start_worker(["--config", cfg, "--store", url, "--role", "coordinator", "--drain-idle", "1"], c_env,
-                         log_path=str(tmp / f"{tag}.c.log"))
+               a_env: dict | None = None, standalone: bool = False) -> None:
+    coord = start_worker(["--config", cfg, "--store", url, "--role", "coordinator", "--drain-idle", "1",
+                          *(["--standalone"] if standalone else GROUP)], c_env, log_path=str(tmp / f"{tag}.c.log"))
     ingest = [start_worker(["--config", cfg, "--store", url, "--role", "ingest", *GROUP, "--drain-idle", "2"],
                            a_env if i == 0 else None, log_path=str(tmp / f"{tag}.a{i}.log")) for i in range(n)]
     try:
@@ -211,27 +211,30 @@ def test_n_ingest_workers_and_the_coordinator_equal_one_worker(reference, tansu,
 
 
 def test_rebalance_and_sigkills_mid_stream_equal_one_worker(reference, tansu, redis_server, tmp_path):
-    """The coordinator is killed right after a checkpoint (nothing published, no outcome announced) while stage A
-    waits for it; a second ingest worker joins (a rebalance: the first checkpoints and releases half of its
-    partitions, the second adopts them); a restarted coordinator re-publishes and re-announces; then the first
-    ingest worker is killed after its parts were acknowledged but before its partitions were checkpointed (the
-    second adopts them from older checkpoints and re-admits: copies, no charge; its re-sent parts are equal)."""
+    """A standby coordinator joins the active one's group (a hand-over to the same owner); the active one is killed
+    right after a checkpoint (nothing published, no outcome announced) while stage A waits for it; a second ingest
+    worker joins (a rebalance: the first checkpoints and releases half of its partitions, the second adopts them);
+    the standby takes over, re-publishes and re-announces; then the first ingest worker is killed after its parts
+    were acknowledged but before its partitions were checkpointed (the second adopts them from older checkpoints
+    and re-admits: copies, no charge; its re-sent parts are equal)."""
     prefix = reference["prefix"] + "kill."
     st = _split_config(prefix, tansu.bootstrap, reference["raw"]["kafka"]["input_topic"])
     url = _db(redis_server, 13)
     cfg = write_config(tmp_path / "st.toml", st)
-    coord = ["--config", cfg, "--store", url, "--role", "coordinator"]
+    coord = ["--config", cfg, "--store", url, "--role", "coordinator", *GROUP, "--drain-idle", "1"]
     ingest = ["--config", cfg, "--store", url, "--role", "ingest", *GROUP]
     c1 = a1 = a2 = c2 = None
     try:
         c1 = start_worker(coord, {"STREAMDP_CRASH_POINT": "split_after_checkpoint:3"}, str(tmp_path / "c1.log"))
+        wait_for(lambda: "owner: restored checkpoint" in (tmp_path / "c1.log").read_text(), 60, "c1 to own", c1)
+        c2 = start_worker(coord, log_path=str(tmp_path / "c2.log"))
+        wait_for(lambda: "standby" in (tmp_path / "c2.log").read_text(), 60, "c2 to wait as standby", c2)
         a1 = start_worker(ingest, {"STREAMDP_CRASH_POINT": "split_after_send:16"}, str(tmp_path / "a1.log"))
         assert c1.wait(60) == -signal.SIGKILL, (tmp_path / "c1.log").read_text()[-2000:]
         a2 = start_worker([*ingest, "--drain-idle", "2"], log_path=str(tmp_path / "a2.log"))
         wait_for(lambda: '"partitions": [' in "".join(x for x in (tmp_path / "a2.log").read_text().splitlines()
                                                     if "partitions assigned" in x and '"partitions": []' not in x),
                  60, "a2 to take a share of the partitions", a2)
-        c2 = start_worker([*coord, "--drain-idle", "1"], log_path=str(tmp_path / "c2.log"))
         assert a1.wait(90) == -signal.SIGKILL, (tmp_path / "a1.log").read_text()[-2000:]
         assert c2.wait(120) == 0, (tmp_path / "c2.log").read_text()[-3000:]
         assert a2.wait(60) == 0, (tmp_path / "a2.log").read_text()[-3000:]
@@ -240,12 +243,12 @@ def test_rebalance_and_sigkills_mid_stream_equal_one_worker(reference, tansu, re
     a1_log = (tmp_path / "a1.log").read_text()
     assert a1_log.count("ingest: partitions assigned") >= 2  # the rebalance reached a1 (it gave partitions up)
     restored = [json.loads(x) for x in (tmp_path / "c2.log").read_text().splitlines() if "restored checkpoint" in x]
-    assert restored and restored[0]["last_closed"] > 0  # c2 went on from c1's checkpoint
+    assert restored and restored[0]["last_closed"] > 0  # the standby went on from c1's checkpoint
     _assert_equal(tansu.bootstrap, reference, st, url)
 
 
 def test_the_split_on_a_redis_cluster_equals_one_worker(reference, tansu, redis_cluster_url, tmp_path):
     prefix = reference["prefix"] + "cluster."
     st = _split_config(prefix, tansu.bootstrap, reference["raw"]["kafka"]["input_topic"])
-    _run_split(tmp_path, write_config(tmp_path / "st.toml", st), redis_cluster_url, 2, "cl")
+    _run_split(tmp_path, write_config(tmp_path / "st.toml", st), redis_cluster_url, 2, "cl", standalone=True)
     _assert_equal(tansu.bootstrap, reference, st, redis_cluster_url)

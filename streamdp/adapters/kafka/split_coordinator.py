@@ -1,8 +1,11 @@
 """The coordinator of the staged split (``[kafka] stage_a = "admit"``): ``streamdp run --role coordinator``
 (docs/DECISIONS.md, "Scale-out: stage A admits" and "… as processes").
 
-It reads every partition of ``<internal_prefix>parts`` (manual assignment, no consumer group: one active
-coordinator; a second one claims the checkpoint and fences the first, which exits 3) and feeds each record of its
+It reads every partition of ``<internal_prefix>parts`` — as the one owner of the consumer group
+``<group_id>.split-coordinator`` (:class:`~streamdp.adapters.kafka.assignor.SingleOwnerAssignor`: the other members
+wait as standbys; a hand-over goes through the checkpoint: the old owner checkpoints on revoke, the new one claims,
+which fences the old one, and restores), or with ``--standalone`` by manual assignment (exactly one coordinator;
+restarts do not wait for a dead member's session) — and feeds each record of its
 own stream (:mod:`~streamdp.adapters.kafka.split_stream`; another stream's is refused: logged once, counted in
 ``streamdp_forward_dropped``) to a :class:`~streamdp.engine.coordinator_worker.Coordinator` whose registered
 partitions are the input topic's. The windows that close go through the same protocol as ``--role all``
@@ -34,6 +37,7 @@ import socket
 import time
 
 from streamdp.adapters.kafka.admit_ingest import check_split_topics, split_engine_config
+from streamdp.adapters.kafka.assignor import SingleOwnerAssignor
 from streamdp.adapters.kafka.checkpoint import DeferredReleaseLog, Fenced, PendingRecord, RedisCheckpoint
 from streamdp.adapters.kafka.faults import FaultInjector
 from streamdp.adapters.kafka.forward import Stream
@@ -90,6 +94,9 @@ class SplitCoordinator:
         self._dirty = False
         self._last_ckpt = time.monotonic()
         self._refused: set = set()
+        self._assignor = SingleOwnerAssignor()
+        self.lock = asyncio.Lock()
+        self.generation = 0  # bumped at every restore: a batch fetched before its seek is dropped
         self._said = Throttle(log)
         self.faults = FaultInjector.from_env()
 
@@ -102,7 +109,10 @@ class SplitCoordinator:
             await ensure_topics(self.client_kw, [o.input_topic, o.dead_letter_topic], o.partitions)
             await ensure_topics(self.client_kw, list(self.topic_of.values()), 1,
                                 configs={**OUTPUT_TOPIC_CONFIGS, "max.message.bytes": str(o.max_request_bytes)})
-        self.consumer = AIOKafkaConsumer(**self.client_kw, group_id=None, enable_auto_commit=False,
+        group = dict(group_id=f"{o.group_id}.split-coordinator", partition_assignment_strategy=(self._assignor,),
+                     session_timeout_ms=o.session_timeout_ms, heartbeat_interval_ms=o.heartbeat_interval_ms,
+                     max_poll_interval_ms=300000) if o.use_group else dict(group_id=None)
+        self.consumer = AIOKafkaConsumer(**self.client_kw, **group, enable_auto_commit=False,
                                          auto_offset_reset="earliest", fetch_max_bytes=o.fetch_max_bytes,
                                          max_partition_fetch_bytes=o.max_partition_fetch_bytes)
         await self.consumer.start()
@@ -117,7 +127,10 @@ class SplitCoordinator:
                                          max_request_size=o.max_request_bytes)
         await self.producer.start()
         self.tps = {p: TopicPartition(o.parts_topic, p) for p in parts}
-        self.consumer.assign(list(self.tps.values()))
+        if o.use_group:
+            self.consumer.subscribe([o.parts_topic], listener=_listener(self))
+        else:
+            self.consumer.assign(list(self.tps.values()))
         log.info("coordinator started (stage A admits)",
                  extra={"worker": self.worker_id, "parts_topic": o.parts_topic, "outcomes_topic": o.outcomes_topic,
                         "input_partitions": self.input_partitions, "queries": list(self.topic_of),
@@ -136,12 +149,15 @@ class SplitCoordinator:
                       extra={"worker": self.worker_id})
             return EXIT_STOPPED_IN_OUTAGE
         try:
-            await self._recover()
-            if self.exit_code == 0 and self.coord is not None:
+            if not self.opts.use_group:
+                async with self.lock:
+                    await self._recover()
+            if self.exit_code == 0:
                 self.metrics.set_ready()
                 await self._loop()
-                if self.exit_code == 0 and self.coord is not None:
-                    await self._safe(self._checkpoint_and_publish, [])
+                async with self.lock:
+                    if self.exit_code == 0 and self.coord is not None:
+                        await self._safe(self._checkpoint_and_publish, [])
         finally:
             self.metrics.set_ready("stopping")
             await self.stop()
@@ -178,6 +194,8 @@ class SplitCoordinator:
                 await self._announce(coord.outcomes_since(announced))
                 for p, tp in self.tps.items():
                     self.consumer.seek(tp, self.src.get(p, 0))
+                self.generation += 1
+                self.metrics.owner.set(1)
                 log.info("owner: restored checkpoint", extra={"worker": self.worker_id, "version": ck.version,
                                                               "last_closed": coord.last_closed,
                                                               "offsets": self.src})
@@ -202,6 +220,24 @@ class SplitCoordinator:
             log.error("stopping while the checkpoint cannot be restored; the next start restores it")
             self.exit_code = EXIT_STOPPED_IN_OUTAGE
 
+    # ---- ownership (group mode) -----------------------------------------------------------------------------
+    async def on_assigned(self, assigned) -> None:
+        async with self.lock:
+            if any(tp.topic == self.opts.parts_topic for tp in assigned):
+                await self._recover()
+            else:
+                self.coord = None
+                self.metrics.owner.set(0)
+                log.info("standby (no partitions assigned)", extra={"worker": self.worker_id})
+
+    async def on_revoked(self, revoked) -> None:
+        async with self.lock:
+            if self.coord is not None and self.exit_code == 0:
+                await self._safe(self._checkpoint_and_publish, [])
+            self.coord = None
+            self.generation += 1
+            self.metrics.owner.set(0)
+
     def _exit(self, code: int, msg: str) -> None:
         log.error(msg, extra={"worker": self.worker_id})
         self.coord = None
@@ -213,19 +249,23 @@ class SplitCoordinator:
         from aiokafka.errors import KafkaError
 
         o = self.opts
-        while not self.stopping.is_set() and self.coord is not None:
+        while not self.stopping.is_set():
             try:
                 batch = await self.consumer.getmany(timeout_ms=min(o.poll_ms, 50), max_records=o.batch_max_records)
             except KafkaError as e:
                 log.warning("fetch failed; retrying", extra={"error": str(e)})
                 await asyncio.sleep(1.0)
                 continue
-            if not await self._safe(self._step, batch):
-                continue
-            if o.drain_idle is not None and self._done():
-                log.info("drained: every input partition sent its final marker; every window is released",
-                         extra={"last_closed": self.coord.last_closed})
-                break
+            gen = self.generation  # no await since getmany returned
+            async with self.lock:
+                if self.coord is None or gen != self.generation:
+                    continue  # a standby, or fetched before a restore's seek
+                if not await self._safe(self._step, batch):
+                    continue
+                if o.drain_idle is not None and self._done():
+                    log.info("drained: every input partition sent its final marker; every window is released",
+                             extra={"last_closed": self.coord.last_closed})
+                    break
 
     def _done(self) -> bool:
         c = self.coord
@@ -323,3 +363,18 @@ class SplitCoordinator:
                                          headers=headers) for r in records]
         if futs:
             await asyncio.gather(*futs)
+
+
+def _listener(worker: SplitCoordinator):
+    from aiokafka.abc import ConsumerRebalanceListener
+
+    class Listener(ConsumerRebalanceListener):
+        """Rebalance → hand-over: checkpoint on revoke, claim + restore on assign."""
+
+        async def on_partitions_revoked(self, revoked) -> None:
+            await worker.on_revoked(revoked)
+
+        async def on_partitions_assigned(self, assigned) -> None:
+            await worker.on_assigned(assigned)
+
+    return Listener()
