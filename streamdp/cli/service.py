@@ -32,7 +32,9 @@ def register(sub) -> None:
     p.add_argument("--role", choices=("all", "ingest", "coordinator"), default="all",
                    help="all: one worker does everything (default); the staged topology (deploy/OPERATIONS.md, Scale-out): ingest = "
                         "stage A, any number, parse/validate/dead-letter and forward to the internal topic; "
-                        "coordinator = stage C, one active (others standby), windows/filter/mechanisms/releases")
+                        "coordinator = stage C, one active (others standby), windows/filter/mechanisms/releases. "
+                        "With [kafka] stage_a = \"admit\" (count kinds only): ingest also windows, bounds and admits "
+                        "(it needs --store) and sends per-item counts; the coordinator releases from them")
     p.add_argument("--bootstrap", type=nonempty,
                    help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
     p.add_argument("--store", type=nonempty,
@@ -55,7 +57,10 @@ def register(sub) -> None:
                    help="bounded input: after SECONDS without events, with the input read to its end, close "
                         "the windows the watermark has passed, publish and exit (coordinator: once the input topic "
                         "holds nothing stage A has not forwarded; ingest: stop once its partitions are read to the "
-                        "end); the windows it has not passed stay open unless --close-open-windows")
+                        "end); the windows it has not passed stay open unless --close-open-windows. With "
+                        "stage_a = \"admit\": ingest flushes its partitions (end of input) and stops once they sent "
+                        "their final marker and settled; the coordinator stops once every partition's final marker "
+                        "came and every window is released")
     p.add_argument("--close-open-windows", action="store_true", default=None,
                    help="with --drain-idle: the input is complete — also close the windows the watermark has not "
                         "passed (their records say closed_by: end_of_input)")
@@ -151,7 +156,7 @@ def run_worker(args) -> int:
     from streamdp.adapters.kafka.logs import setup_logging
     from streamdp.adapters.kafka.worker import KafkaWorker, WorkerOptions
 
-    if args.role == "ingest":
+    if args.role == "ingest" and cfg.kafka.get("stage_a") != "admit":
         return run_ingest(args, cfg)
     if args.input_topic is not None:
         cfg.kafka["input_topic"] = args.input_topic
@@ -178,9 +183,11 @@ def run_worker(args) -> int:
         raise CLIError("--checkpoint-seconds must be > 0 and --checkpoint-batches ≥ 1")
     if args.session_timeout_ms < 1000:
         raise CLIError("--session-timeout-ms must be ≥ 1000")
+    if args.role == "ingest" and args.standalone:
+        raise CLIError("--standalone is for --role all: ingest workers always share the input in a consumer group")
     setup_logging(args.log_format, args.log_level.upper())
     _log_config_warnings(cfg)
-    client_kw = _client_kw(cfg, "streamdp-worker")
+    client_kw = _client_kw(cfg, "streamdp-ingest" if args.role == "ingest" else "streamdp-worker")
     metrics = _serve_metrics(args, cfg)  # before the store: a busy port refuses the start without touching it
     try:
         with _signals_stop():
@@ -202,7 +209,16 @@ def run_worker(args) -> int:
                                      allow_empty_store=args.allow_empty_store or None)
     if cfg.service["unsafe_test_seed"] is not None:
         print("WARNING: unsafe test seed in use — these releases are NOT differentially private", file=sys.stderr)
-    worker = KafkaWorker(cfg, store, client_kw, opts, metrics=metrics)
+    if opts.stage_a == "admit" and args.role != "all":
+        # the staged split (docs/DECISIONS.md, "Scale-out: stage A admits"): stage A admits, the coordinator
+        # releases from per-item counts
+        if args.role == "ingest":
+            from streamdp.adapters.kafka.admit_ingest import AdmitIngestWorker as Split
+        else:
+            from streamdp.adapters.kafka.split_coordinator import SplitCoordinator as Split
+        worker = Split(cfg, store, client_kw, opts, metrics=metrics)
+    else:
+        worker = KafkaWorker(cfg, store, client_kw, opts, metrics=metrics)
     try:
         return _run_refusing_bad_topics(worker)
     finally:

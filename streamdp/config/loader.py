@@ -152,8 +152,11 @@ KAFKA_PARAMS = (
     Param("input_topic", "str", "topic of raw JSON events keyed by user", default="streamdp.events"),
     Param("output_prefix", "str", "prefix of the per-query output topics", default="streamdp.out."),
     Param("dead_letter_topic", "str", "topic of rejected events", default="streamdp.dead"),
-    Param("internal_prefix", "str", "prefix of the staged topology's internal topics (<prefix>parsed)",
-          default="streamdp.internal."),
+    Param("internal_prefix", "str", "prefix of the staged topology's internal topics (<prefix>parsed; with "
+          "stage_a = \"admit\": <prefix>parts, <prefix>outcomes)", default="streamdp.internal."),
+    Param("stage_a", "str", "what the ingest workers of the staged topology do: forward (parse and forward events "
+          "to the coordinator) or admit (window, bound and admit through the filter, forward per-item counts; the "
+          "count kinds only)", default="forward", choices=("forward", "admit")),
     Param("group_id", "str", "consumer group", default="streamdp"),
     Param("partitions", "int", "partitions of the internal/output topics created at start", default=4, min=1),
     Param("security_protocol", "str", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", default="PLAINTEXT",
@@ -309,6 +312,8 @@ def parse_config(raw: dict, *, log_warnings: bool = True) -> ServiceConfig:
             check_topics(kafka, ids)
         except ConfigError as e:
             errors.extend(error_list(e))
+    if kafka is not None and kafka.get("stage_a") == "admit" and queries_built and service is not None:
+        errors.extend(stage_a_admit_problems(queries_built, service))
     if kafka is not None:
         from streamdp.adapters.kafka.broker_config import check_security
 
@@ -406,6 +411,22 @@ def budget_warnings(budget: Cost, queries: list) -> list[str]:
     return out
 
 
+def stage_a_admit_problems(queries: list, service: dict) -> list[str]:
+    """``[kafka] stage_a = "admit"`` runs the staged split (stage A admits, the coordinator sees per-item counts),
+    which has halves for the count kinds only and takes no idle timeout yet (``count_halves.check_staged``)."""
+    from streamdp.engine.count_halves import SUPPORTED_KINDS
+
+    out = []
+    bad = [f"{q.id!r} ({q.kind})" for q in queries if q.kind not in SUPPORTED_KINDS]
+    if bad:
+        out.append(f"kafka.stage_a = \"admit\" supports the count kinds {', '.join(SUPPORTED_KINDS)} only; not: "
+                   f"{', '.join(bad)} (use stage_a = \"forward\" for them)")
+    if service.get("idle_timeout") is not None:
+        out.append("kafka.stage_a = \"admit\" does not support service.idle_timeout yet (the coordinator closes a "
+                   "window only once every input partition marked it)")
+    return out
+
+
 def check_topics(kafka: dict, query_ids: list) -> None:
     """Every topic the service reads or writes is a legal Kafka topic name (1..249 of ``[a-zA-Z0-9._-]``, not
     ``.``/``..``: a broker refuses others when the worker creates or reads them), named and distinct: a dead-letter
@@ -425,8 +446,13 @@ def check_topics(kafka: dict, query_ids: list) -> None:
             errors.append(f"kafka.{key}: {problem}")
     if errors:  # the topic names below are built from these
         raise ConfigErrors(errors)
+    from streamdp.adapters.kafka.topics import outcomes_topic, parts_topic
+
     named = [("kafka.input_topic", kafka["input_topic"]), ("kafka.dead_letter_topic", kafka["dead_letter_topic"]),
              ("kafka.internal_prefix", forward_topic(kafka))]
+    if kafka.get("stage_a") == "admit":
+        named += [("kafka.internal_prefix (parts)", parts_topic(kafka)),
+                  ("kafka.internal_prefix (outcomes)", outcomes_topic(kafka))]
     named += [(f"query[{i}].id (output topic)", output_topic(kafka, q))
               for i, q in enumerate(query_ids)]
     seen: dict[str, tuple[str, str]] = {}

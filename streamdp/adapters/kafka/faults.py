@@ -36,6 +36,8 @@ POINTS = (
     "after_publish",  # all records published; not acknowledged in the checkpoint
     "after_republish",  # recovery: the checkpoint's pending records published again, not acknowledged
     "ingest_after_forward",  # stage A (--role ingest): a run forwarded and acknowledged, its offsets not committed
+    "split_after_send",  # stage A that admits: parts and markers acknowledged, the partitions not checkpointed
+    "split_after_checkpoint",  # the split's coordinator: checkpoint written; nothing published nor announced
 )
 
 

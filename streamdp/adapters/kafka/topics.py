@@ -49,6 +49,18 @@ def forward_topic(kafka: dict) -> str:
     return f"{kafka.get('internal_prefix', 'streamdp.internal.')}parsed"
 
 
+def parts_topic(kafka: dict) -> str:
+    """``stage_a = "admit"``: stage A → coordinator, the parts and markers of input partition p on partition p
+    (``admit_ingest.py``): ``<internal_prefix>parts``; one partition per input partition."""
+    return f"{kafka.get('internal_prefix', 'streamdp.internal.')}parts"
+
+
+def outcomes_topic(kafka: dict) -> str:
+    """``stage_a = "admit"``: coordinator → every stage A, the window outcomes (``split_coordinator.py``):
+    ``<internal_prefix>outcomes``; one partition."""
+    return f"{kafka.get('internal_prefix', 'streamdp.internal.')}outcomes"
+
+
 async def topic_partitions(consumer, topic: str, timeout: float = 30.0) -> list[int]:
     """The partition numbers of ``topic`` as ``consumer``'s metadata knows them (refreshing it until they appear)."""
     t0 = time.monotonic()

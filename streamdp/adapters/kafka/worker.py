@@ -68,7 +68,7 @@ from streamdp.adapters.kafka.ordering import CLOSE_STEP_WINDOWS, CanonicalStage
 from streamdp.adapters.kafka.topics import (EXIT_DEFAULT_BUDGET_MISSING, EXIT_PARAMETERS_CHANGED, EXIT_STOPPED_IN_OUTAGE,
                                             EXIT_STORE_LOST, OUTPUT_TOPIC_CONFIGS,
                                             all_read_to_end, check_internal_topic, ensure_topics, forward_topic,
-                                            output_topic, read_to_end, start_retrying, stop_clients, ReadPastEnd,
+                                            outcomes_topic, output_topic, parts_topic, read_to_end, start_retrying, stop_clients, ReadPastEnd,
                                             stop_on_signals, topic_partitions)
 from streamdp.adapters.metrics import WorkerMetrics
 from streamdp.engine.engine import ReleaseConflict, ReleaseEngine, WindowSummary
@@ -128,6 +128,11 @@ class WorkerOptions:
     # the forward records of stage A (``ingest.py``) from ``internal_topic`` instead of raw JSON
     role: str = "all"
     internal_topic: str = "streamdp.internal.parsed"
+    # [kafka] stage_a: "forward" (stage A parses and forwards to internal_topic) or "admit" (the split: stage A
+    # admits and sends parts and markers to parts_topic; the coordinator answers on outcomes_topic)
+    stage_a: str = "forward"
+    parts_topic: str = "streamdp.internal.parts"
+    outcomes_topic: str = "streamdp.internal.outcomes"
     # read fetched records as runs of (offsets, values) per record batch instead of aiokafka ConsumerRecords
     # (lean_fetch.py; the input topic only — the coordinator's forward records are few and large)
     lean_fetch: bool = True
@@ -149,6 +154,8 @@ class WorkerOptions:
             if k in kafka:
                 setattr(o, k, kafka[k])
         o.internal_topic = forward_topic(kafka)
+        o.stage_a = kafka.get("stage_a", "forward")
+        o.parts_topic, o.outcomes_topic = parts_topic(kafka), outcomes_topic(kafka)
         for k, v in over.items():
             if v is not None:
                 setattr(o, k, v)
@@ -899,6 +906,11 @@ class KafkaWorker:
         self.dstore.discard()
         engine = ReleaseEngine(self.engine_config(), self.cfg.build_queries(), self.dstore)
         stage = CanonicalStage(engine)
+        if ck.state is not None and "engine" not in ck.state and "coordinator" in ck.state:
+            raise ParametersChanged(
+                f"checkpoint {self.ckpt.key} was written by the staged split's coordinator ([kafka] stage_a = "
+                "\"admit\"): this worker cannot take over its state; run the deployment with stage_a = \"admit\" "
+                "again (a deployment cannot switch between the split and the other shapes)")
         if ck.state is not None:
             eng_state = ck.state["engine"]
             if isinstance(eng_state, (bytes, bytearray)):  # checkpoint format 1: the engine snapshot's bytes
