@@ -413,13 +413,13 @@ def budget_warnings(budget: Cost, queries: list) -> list[str]:
 
 def stage_a_admit_problems(queries: list, service: dict) -> list[str]:
     """``[kafka] stage_a = "admit"`` runs the staged split (stage A admits, the coordinator sees per-item counts),
-    which has halves for the count kinds only and takes no idle timeout yet (``count_halves.check_staged``)."""
+    which has halves for the kinds in ``count_halves.SUPPORTED_KINDS`` only and takes no idle timeout yet (``count_halves.check_staged``)."""
     from streamdp.engine.count_halves import SUPPORTED_KINDS
 
     out = []
     bad = [f"{q.id!r} ({q.kind})" for q in queries if q.kind not in SUPPORTED_KINDS]
     if bad:
-        out.append(f"kafka.stage_a = \"admit\" supports the count kinds {', '.join(SUPPORTED_KINDS)} only; not: "
+        out.append(f"kafka.stage_a = \"admit\" supports the kinds {', '.join(SUPPORTED_KINDS)} only; not: "
                    f"{', '.join(bad)} (use stage_a = \"forward\" for them)")
     if service.get("idle_timeout") is not None:
         out.append("kafka.stage_a = \"admit\" does not support service.idle_timeout yet (the coordinator closes a "
