@@ -1,5 +1,5 @@
 """``[kafka] stage_a``: ``"forward"`` (the default: the staged topology's stage A parses and forwards events) or
-``"admit"`` (the split: stage A admits and sends per-item counts — the count kinds only, no idle timeout yet).
+``"admit"`` (the split: stage A admits and sends per-item counts — the kinds with halves, no idle timeout yet).
 ``config check`` and ``streamdp run`` refuse a split configuration with another kind, naming the supported ones;
 the split's internal topics take part in the topic-name checks."""
 
@@ -14,6 +14,8 @@ from streamdp.config.loader import parse_config
 SERVICE = {"window_seconds": 60.0, "origin": 0.0}
 CC = {"id": "cc", "kind": "continual_counts", "sigma": 1.0}
 SUMS = {"id": "sums", "kind": "continual_sums", "sigma": 1.0}
+GM = {"id": "gm", "kind": "grid_means", "cells": "item", "upper": 120.0, "rho": 0.125, "m_ub": 1,
+      "delta_cell": 1e-8}
 
 
 def _parse(queries, service=None, **kafka):
@@ -29,10 +31,11 @@ def test_the_default_is_forward_and_admit_takes_the_count_kinds():
 
 
 def test_admit_refuses_another_kind_naming_the_supported_ones():
-    _parse([CC, SUMS])  # forward: every kind
-    with pytest.raises(ConfigError, match=r"kafka\.stage_a = \"admit\" supports the count kinds window_histogram, "
-                                          r"top_k, continual_counts only; not: 'sums' \(continual_sums\)"):
-        _parse([CC, SUMS], stage_a="admit")
+    _parse([CC, GM])  # forward: every kind
+    _parse([CC, SUMS], stage_a="admit")  # continual_sums has its halves
+    with pytest.raises(ConfigError, match=r"kafka\.stage_a = \"admit\" supports the kinds window_histogram, "
+                                          r"top_k, continual_counts, .* only; not: 'gm' \(grid_means\)"):
+        _parse([CC, GM], stage_a="admit")
 
 
 def test_admit_refuses_an_idle_timeout():
@@ -55,7 +58,8 @@ def test_the_split_topics_must_not_collide():
 def test_config_check_refuses_the_split_with_another_kind(tmp_path, capsys):
     p = tmp_path / "c.toml"
     p.write_text('[service]\nwindow_seconds = 60.0\norigin = 0.0\n[kafka]\nstage_a = "admit"\n'
-                 '[[query]]\nid = "sums"\nkind = "continual_sums"\nsigma = 1.0\n')
+                 '[[query]]\nid = "gm"\nkind = "grid_means"\ncells = "item"\nupper = 120.0\nrho = 0.125\n'
+                 'm_ub = 1\ndelta_cell = 1e-8\n')
     assert main(["config", "check", str(p)]) == 1
     err = capsys.readouterr()
     assert "window_histogram, top_k, continual_counts" in err.out + err.err
