@@ -825,7 +825,19 @@ def test_messages_round_trip_compactly_and_refuse_other_versions():
                                             point_ints=np.array([[1, 2]]))]).to_bytes()
     assert back.queries[2].points.shape == (0, 2) and back.queries[0].points is None
     assert back.to_bytes() == two.to_bytes()
-    assert PartContribution.VERSION == 2
+    assert PartContribution.VERSION == 3
+    # version 3: any number of float columns per point (0: integer-only rows) and a per-query info object
+    qm = QueryPart("m", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.arange(12.0).reshape(4, 3) / 7,
+                   order=np.arange(4, dtype=np.uint64), info={"halted": 2})
+    qr = QueryPart("r", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.zeros((3, 0)),
+                   order=np.zeros(3, dtype=np.uint64), point_ints=np.array([[4, 0], [1, 0], [2, 1]]))
+    four = PartContribution(seq=2, partition=1, events=3, admitted=2, refused=0, dropped_events=0, items=[],
+                            queries=[qm, qr])
+    back = decode(four.to_bytes())
+    assert back.queries[0].points.tolist() == (np.arange(12.0).reshape(4, 3) / 7).tolist()
+    assert back.queries[0].info == {"halted": 2} and back.queries[1].info is None
+    assert back.queries[1].points.shape == (3, 0) and back.queries[1].point_ints.tolist() == [[4, 0], [1, 0], [2, 1]]
+    assert back.to_bytes() == four.to_bytes()
     m = PartitionMarker(3, 9, 11, True)
     assert decode(m.to_bytes()) == m and len(m.to_bytes()) == 31
     o = WindowOutcome(4, "watermark", True, {"topk": {"n": 2, "pwyg": {"k_star": 9, "used": 2, "calls": 1},
