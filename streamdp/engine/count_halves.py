@@ -48,7 +48,7 @@ from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, 
 from streamdp.mechanisms.pay_what_you_get import PayWhatYouGet
 
 SUPPORTED_KINDS = ("window_histogram", "top_k", "continual_counts", "continual_sums", "geo_locations", "geo_knn",
-                   "geo_convex_hull", "range_counts", "kde_point", "knn_point", "threshold_count")
+                   "geo_convex_hull", "range_counts", "kde_point", "knn_point", "threshold_count", "grid_means")
 
 
 class UnsupportedKind(ValueError):
@@ -77,6 +77,9 @@ class StageAHalf:
     #: the query settles after its release (reserve and settle): stage A keeps its admitted users' reservations
     #: of the window until the window's outcome
     settles = False
+    #: the column of ``point_ints`` that holds item ids (stage A sends them as codes into the part's dictionary,
+    #: the coordinator maps them to its own ids), or None
+    point_code_column: int | None = None
 
     def __init__(self, query: WindowQuery) -> None:
         self.q = query
@@ -329,12 +332,91 @@ class ThresholdStageA(StageAHalf):
     settle_rows = TopKStageA.settle_rows
 
 
+class GridStageA(StageAHalf):
+    """grid_means, both notions (per-cell means of users' values; the add/remove clipped sum and count, or the
+    IoT-means paper's bounded estimators): the admitted users' usable rows cross — per row its user's order key,
+    value, event time (float columns) and cell ((ix, iy), or the item's code in the part's dictionary) — with no
+    user id: clipping, the tie-break and the estimators need each user's rows, grouped and ordered by key
+    (``CellQuery._ordered``). add/remove: stateless, the reservation is the actual cost. Bounded: the partition's
+    per-user spend and halts in the query's own notion (a copy of the query object with its own arrays): the local
+    filter runs here after the admit (the users it halts now cross as a count, ``info``), and the outcome brings
+    back the released cells (public: the release's cell keys), from which each user's ρ_cell per released cell is
+    charged here — before the next admit, as the engine charges it within the close."""
+
+    def __init__(self, query: WindowQuery) -> None:
+        super().__init__(query)
+        self.qa = copy.copy(query)  # the configuration, shared; the item table and per-user arrays, its own
+        self.bounded = query.neighbours != "add_remove"
+        if self.bounded:
+            self.qa._spent = np.zeros(0, dtype=np.int64)
+            self.qa._halted = np.zeros(0, dtype=bool)
+        self.point_code_column = 0 if query.cells == "item" else None
+        self.pending: dict[int, dict] = {}  # bounded: window → the kept (user, cell key) pairs awaiting the outcome
+        self._seq = 0
+
+    def bind(self, items: Names) -> None:
+        super().bind(items)
+        bind = getattr(self.qa, "bind_names", None)
+        if bind is not None:
+            bind(items)
+
+    def prepare(self, w: WindowData, draws) -> Reservation:
+        self._seq = w.seq
+        return self.qa.prepare(w, draws)
+
+    def contribution(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+        z = np.zeros(0, dtype=np.int64)
+        if res.private is None:
+            return z, z, {}
+        info = None
+        if self.bounded:
+            p = res.private[0]
+            keep, halted = self.qa.local_filter(res, admitted)
+            info = {"halted": halted} if halted else None
+            if keep.any():
+                pairs = np.unique(np.column_stack([p.user[keep], p.cell[keep]]), axis=0)
+                keys = self.qa._cell_keys(p.table, self.items)
+                self.pending[self._seq] = {"users": pairs[:, 0].copy(), "cells": [keys[c] for c in pairs[:, 1]]}
+        else:
+            p = res.private
+            keep = admitted[p.user]
+        okey, cells, value, ts = self.qa.admitted_rows(p, keep)
+        ints = np.asarray(cells, dtype=np.int64).reshape(okey.size, 2 if self.q.cells == "grid" else 1)
+        out = {"points": np.column_stack([value, ts]), "order": okey, "point_ints": ints}
+        if info:
+            out["info"] = info
+        return z, z, out
+
+    def apply_outcome(self, info: dict | None, seq: int) -> None:
+        pend = self.pending.pop(int(seq), None)
+        if pend is None or not info:
+            return
+        released = set(info.get("released", ()))
+        mask = np.fromiter((c in released for c in pend["cells"]), dtype=bool, count=len(pend["cells"]))
+        users = np.asarray(pend["users"], dtype=np.int64)
+        self.qa.charge_released(users, np.arange(users.size, dtype=np.int64), mask)
+
+    def state(self) -> dict:
+        if not self.bounded:
+            return {}
+        return {"bounded": self.qa.state(),
+                "pending": {str(t): {"users": np.asarray(d["users"], dtype=np.int64), "cells": list(d["cells"])}
+                            for t, d in self.pending.items()}}
+
+    def load_state(self, d: dict) -> None:
+        if self.bounded:
+            self.qa.load_state(d["bounded"])
+            self.pending = {int(t): {"users": np.asarray(v["users"], dtype=np.int64), "cells": list(v["cells"])}
+                            for t, v in d["pending"].items()}
+
+
 _CGP = COMPONENTS.index("cgp_rho")
 _GEO_KINDS = ("geo_locations", "geo_knn", "geo_convex_hull")
 _ADAPTIVE_KINDS = ("range_counts", "kde_point", "knn_point")
 _HALVES = {"window_histogram": HistogramStageA, "top_k": TopKStageA, "continual_counts": ContinualCountsStageA,
            "continual_sums": ContinualSumsStageA, **{k: GeoStageA for k in _GEO_KINDS},
-           **{k: AdaptiveStageA for k in _ADAPTIVE_KINDS}, "threshold_count": ThresholdStageA}
+           **{k: AdaptiveStageA for k in _ADAPTIVE_KINDS}, "threshold_count": ThresholdStageA,
+           "grid_means": GridStageA}
 
 
 def stage_a_half(query: WindowQuery) -> StageAHalf:
@@ -355,6 +437,14 @@ def release_merged(query: WindowQuery, ids: np.ndarray, counts: np.ndarray, extr
                                     extra.get("order", np.zeros(0, dtype=np.uint64)), rng), None
     if query.kind == "threshold_count":
         return query.release_count(extra["seq"], int(np.asarray(counts).sum()), rng)
+    if query.kind == "grid_means":
+        pts = extra.get("points", np.zeros((0, 2)))
+        ints = extra.get("point_ints", np.zeros((0, 2 if query.cells == "grid" else 1), dtype=np.int64))
+        cells = ints if query.cells == "grid" else ints[:, 0]
+        rows = (extra.get("order", np.zeros(0, dtype=np.uint64)), cells, pts[:, 0], pts[:, 1])
+        if query.neighbours == "add_remove":
+            return query.release_rows(*rows, rng, items), None
+        return query.release_rows(*rows, rng, items, extra.get("info", {}).get("halted", 0))[0], None
     if query.kind in _ADAPTIVE_KINDS:
         ints = extra.get("point_ints", np.zeros((0, 2), dtype=np.int64))
         r, cap = ints[:, 0], ints[:, 1]
@@ -384,6 +474,9 @@ def outcome_info(query: WindowQuery, rel: QueryRelease, row: np.ndarray | None) 
     if query.kind == "continual_sums":
         new = rel.values.get("new_keys") or []
         return {"new": list(new)} if new else None
+    if query.kind == "grid_means":  # bounded: the released cells, each costing its users ρ_cell in the query's notion
+        cells = list(rel.values.get("cells", {})) if query.neighbours != "add_remove" else []
+        return {"released": cells} if cells else None
     if query.kind in _ADAPTIVE_KINDS:
         return {"executed": row["executed"]} if isinstance(row, dict) else None
     if query.kind == "threshold_count":
@@ -392,3 +485,10 @@ def outcome_info(query: WindowQuery, rel: QueryRelease, row: np.ndarray | None) 
         return None
     return {"pwyg": query.pwyg.state(), "n": int(rel.meta.get("items_returned", 0)),
             "actual": None if row is None else [int(x) for x in row]}
+
+
+def point_code_column(query: WindowQuery) -> int | None:
+    """The column of the query's per-point integers that holds item codes (:attr:`StageAHalf.point_code_column`)."""
+    if query.kind == "grid_means" and query.cells == "item":
+        return 0
+    return None

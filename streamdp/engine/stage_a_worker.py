@@ -381,13 +381,18 @@ class StageA:
         adm_users = all_users[mask]
         for qi, (h, q, r) in enumerate(zip(st.halves, self.queries, reservations)):
             ids, counts, extra = h.contribution(r, admitted)
+            ints = extra.get("point_ints")
+            if h.point_code_column is not None and ints is not None and ints.shape[0]:
+                ints = ints.copy()  # item ids → codes into the window's dictionary
+                col = h.point_code_column
+                ints[:, col] = code_of[np.searchsorted(uniq, ints[:, col])]
             keep = admitted[r.users] if r.users.size else np.zeros(0, dtype=bool)
             rows = r.costs[keep]
             qp = QueryPart(q.id, code_of[np.searchsorted(uniq, ids)] if ids.size else np.zeros(0, np.int64),
                            np.asarray(counts, dtype=np.int64), admitted=int(rows.shape[0]),
                            charged=int((rows > 0).any(axis=1).sum()) if rows.size else 0,
                            sums=extra.get("sums"), points=extra.get("points"), order=extra.get("order"),
-                           point_ints=extra.get("point_ints"))
+                           point_ints=ints, info=extra.get("info"))
             if rows.shape[0]:
                 qp.max_cost, qp.min_cost = rows.max(axis=0), rows.min(axis=0)
             qparts.append(qp)

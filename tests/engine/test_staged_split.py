@@ -193,30 +193,79 @@ rounds = 3
 queries = [{ window = 2, threshold = 10, item = "i0" }, { window = 5, threshold = 3, item = "i1" },
            { window = 7, threshold = 40, item = "i0" }, { window = 10, threshold = 1, item = "n9-1" }]
 """
+GRID_ITEM = """
+[[query]]
+id = "gm"
+kind = "grid_means"
+cells = "item"
+rho = 0.5
+m_ub = 2
+upper = 10.0
+delta_cell = 1e-5
+"""
+GRID_LISTED = """
+[[query]]
+id = "gml"
+kind = "grid_means"
+cells = "grid"
+cell_size = 4.0
+rho = 0.25
+m_ub = 3
+upper = 10.0
+cell_selection = "listed"
+cell_list = ["0,0", "1,1", "2,2", "-1,0", "7,7"]
+"""
+GRID_BOUNDED = """
+[[query]]
+id = "gmb"
+kind = "grid_means"
+neighbours = "bounded_unsafe_presence"
+cells = "grid"
+cell_size = 4.0
+epsilon = 1.0
+upper = 10.0
+bounded_budget_rho = 3.0
+estimator = "array_averaging"
+min_users = 2
+"""
+GRID_BOUNDED_ITEM = """
+[[query]]
+id = "gmbi"
+kind = "grid_means"
+neighbours = "bounded_unsafe_presence"
+cells = "item"
+epsilon = 1.0
+upper = 10.0
+bounded_budget_rho = 2.0
+estimator = "optimized_quantile"
+"""
 CONFIGS = {"continual_counts": CC, "top_k": TOPK, "threshold": HIST, "top_kbar": KBAR,
            "mixed": CC + TOPK + HIST + KBAR, "sums_tree": SUMS_TREE, "sums_optimal": SUMS_OPTIMAL,
            "sums_blt": SUMS_BLT, "mixed_sums": TOPK + SUMS_BLT + CC + SUMS_OPTIMAL,
            "geo": GEO + GEO_GP, "geo_knn": KNN, "geo_hull": HULL, "mixed_geo": CC + GEO + KNN + HULL,
            "range": RANGE + RANGE_BM, "kde": KDE, "knn_point": KNNP, "mixed_adaptive": TOPK + RANGE + GEO + KDE + KNNP,
-           "threshold_count": THR + HIST, "mixed_thr": THR + TOPK + RANGE}
+           "threshold_count": THR + HIST, "mixed_thr": THR + TOPK + RANGE, "grid": GRID_ITEM + GRID_LISTED,
+           "grid_bounded": GRID_BOUNDED + GRID_BOUNDED_ITEM + HIST, "mixed_grid": TOPK + GRID_ITEM + GRID_BOUNDED + GEO}
 # budgets at which some users are halted part-way and others are not
 RHO = {"continual_counts": 60, "top_k": 10, "threshold": 8, "top_kbar": 8, "mixed": 80, "sums_tree": 150,
        "sums_optimal": 20, "sums_blt": 60, "mixed_sums": 150, "geo": 1, "geo_knn": 1, "geo_hull": 1,
        "mixed_geo": 60, "range": 1, "kde": 1, "knn_point": 1, "mixed_adaptive": 40,
-       "threshold_count": 10, "mixed_thr": 12}
+       "threshold_count": 10, "mixed_thr": 12, "grid": 2, "grid_bounded": 8, "mixed_grid": 12}
 # the geo configurations' cgp_rho budget per m² (a few windows' located cost)
 CGP = {"geo": 8e-10, "geo_knn": 1.5e-8, "geo_hull": 1.5e-8, "mixed_geo": 3e-8, "range": 2e-8, "kde": 1e-8,
-       "knn_point": 1e-8, "mixed_adaptive": 2e-8, "mixed_thr": 2e-8}
+       "knn_point": 1e-8, "mixed_adaptive": 2e-8, "mixed_thr": 2e-8, "mixed_grid": 3e-8}
+# configurations whose stream carries locations without a geo query (grid cells)
+LOCATED = {"grid", "grid_bounded"}
 
 
 def valued(name):
     """The configuration has a query with a value range: its stream carries values."""
-    return "value_range" in CONFIGS[name]
+    return "value_range" in CONFIGS[name] or 'kind = "grid_means"' in CONFIGS[name]
 
 
 def located(name):
     """The configuration has a geo query: its stream carries locations."""
-    return name in CGP
+    return name in CGP or name in LOCATED
 
 
 def data(seed, name):
@@ -551,7 +600,7 @@ def test_n_stages_and_a_coordinator_equal_one_engine(name, n):
 
 
 @pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts", "sums_blt", "mixed_sums", "mixed_geo",
-                                  "range", "mixed_adaptive", "mixed_thr"])
+                                  "range", "mixed_adaptive", "mixed_thr", "grid_bounded", "mixed_grid"])
 def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     """Stages and the coordinator restart from their last snapshots at random points (stage A re-reads its input
     from the snapshot's offsets, the coordinator the internal topic from its positions); one partition moves
@@ -572,7 +621,8 @@ def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     assert crashes >= 5 and replayed >= 5  # windows were admitted again after restarts, and charged nothing
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo", "mixed_adaptive", "mixed_thr"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo", "mixed_adaptive", "mixed_thr",
+                                  "mixed_grid"])
 def test_store_failures_part_way_are_restored_and_charge_once(name):
     """The store fails at random admits, settles, release-log writes and ledger appends — before the call or after
     it took effect (a lost reply). The failed stage refuses further work until restored (EngineFailed), restarts
@@ -609,7 +659,7 @@ def test_a_failed_step_refuses_further_work_until_restored():
     assert a.ingest(parse_batch(evs)[0], 0) == []
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums", "mixed_geo", "mixed_adaptive"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums", "mixed_geo", "mixed_adaptive", "mixed_grid"])
 def test_stages_ending_their_input_at_different_times_close_alike(name):
     """A stage whose partitions are read to the end flushes (final markers) while the others still ingest: the
     windows past its watermark close as the engine's flush closes them (closed_by end_of_input), no earlier."""
@@ -690,7 +740,7 @@ def test_in_production_each_partition_draws_its_own_bounding_key_and_keeps_it():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["mixed", "mixed_sums", "mixed_geo", "mixed_adaptive"])
+@pytest.mark.parametrize("name", ["mixed", "mixed_sums", "mixed_geo", "mixed_adaptive", "mixed_grid"])
 def test_on_a_redis_cluster_the_stages_equal_one_engine_on_the_memory_store(redis_cluster_url, name):
     """Each stage and the coordinator with its own client of a 3-primary Redis Cluster (as separate processes),
     with a crash and a rebalance, against one engine on the in-memory store."""
@@ -768,13 +818,11 @@ def test_a_user_at_budget_is_dropped_end_to_end():
 def test_other_kinds_and_the_idle_timeout_are_refused():
     text = SERVICE % {"rho": 1} + """
 [[query]]
-id = "gm"
-kind = "grid_means"
-cells = "item"
-rho = 0.125
-m_ub = 2
-upper = 100.0
-delta_cell = 1e-9
+id = "el"
+kind = "emd_linear"
+alpha = 1.0
+lipschitz = 2.0
+features = { a = [0.0], b = [1.0] }
 """
     cfg = parse_config(tomllib.loads(text), log_warnings=False)
     store = MemoryBudgetStore(budget_vector(cfg.budget))
