@@ -1,16 +1,19 @@
-"""The count kinds, continual_sums, the geo kinds and the adaptive point kinds cut in two: what stage A keeps and
-computes per input partition, and what the coordinator keeps (docs/DECISIONS.md, "Scale-out: stage A admits").
+"""Every query kind cut in two: what stage A keeps and computes per input partition, and what the coordinator keeps
+(docs/DECISIONS.md, "Scale-out: stage A admits").
 
 A query of a count kind (window_histogram — both algorithms —, top_k, continual_counts), continual_sums, a geo kind
-(geo_locations, geo_knn, geo_convex_hull) or an adaptive kind (range_counts, kde_point, knn_point, threshold_count)
-is one object in the single engine. Split, it becomes:
+(geo_locations, geo_knn, geo_convex_hull), an adaptive kind (range_counts, kde_point, knn_point, threshold_count),
+grid_means (both notions) or an EMD kind (emd_linear, emd_frequency) is one object in the single engine. Split, it
+becomes:
 
 * a **stage-A half** per (query, input partition) — this module's :class:`StageAHalf` subclasses: the bounding, the
   per-user state (continual_counts' epoch counters of (user, item) pairs, :class:`ContributionBounder`;
   continual_sums' per-user record history, :class:`RecordBounder`), the reservation (``prepare``) and, once the
   filter answered, the per-item counts of the ADMITTED users' contributions (``contribution``; continual_sums also
   their per-key sum increments in grid units; the geo kinds each admitted located user's bounded planar point and
-  its order key, no user id), which are all the coordinator needs of the data. Each half reads
+  its order key, no user id; grid_means the admitted users' rows with their order keys; emd_linear each admitted
+  featured user's q_f(D_i); emd_frequency their featured items with a local user index), which are all the
+  coordinator needs of the data. Each half reads
   the query object for its configuration only (costs, Δ0, C, k, the public Gram column), never for its mechanism
   state;
 * the **coordinator half** — the query object itself, whose mechanism state (the binary-mechanism tree of Dwork et
@@ -27,11 +30,12 @@ for a key a user touches first while it is unselected, so it needs the keys sele
 outcome carries the keys selected at t by name (the release's public ``new_keys``). The adaptive kinds' stage A
 keeps each user's remaining budget B_i and sequence charge C_i (Liang–Yi (adaptive budgeting) Alg. 3) and gets back,
 per partition and local index, each admitted user's executed cost, to settle and update them
-(:class:`AdaptiveStageA`); threshold_count's gets the one settled row, as top_k's. The other kinds settle nothing
-and need nothing back.
+(:class:`AdaptiveStageA`); threshold_count's gets the one settled row, as top_k's. grid_means in the bounded notion
+keeps its own per-user spend and halts in stage A and gets back the released cells, which it charges there
+(:class:`GridStageA`). The other kinds settle nothing and need nothing back.
 
-Any other kind is refused by the staged objects (:func:`check_staged`): its "what crosses" (DECISIONS table) is
-not built yet.
+Every kind has halves (:data:`SUPPORTED_KINDS`); :func:`check_staged` refuses only a kind unknown to it and the
+idle timeout.
 """
 
 from __future__ import annotations
@@ -44,11 +48,13 @@ from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS
 from streamdp.arrays import unique_sorted
 from streamdp.bounding.contribution import ContributionBounder
 from streamdp.bounding.record_bounds import RecordBounder
+from streamdp.engine.queries.emd import _UNKNOWN, ItemDomain
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.pay_what_you_get import PayWhatYouGet
 
 SUPPORTED_KINDS = ("window_histogram", "top_k", "continual_counts", "continual_sums", "geo_locations", "geo_knn",
-                   "geo_convex_hull", "range_counts", "kde_point", "knn_point", "threshold_count", "grid_means")
+                   "geo_convex_hull", "range_counts", "kde_point", "knn_point", "threshold_count", "grid_means",
+                   "emd_linear", "emd_frequency")
 
 
 class UnsupportedKind(ValueError):
@@ -56,8 +62,9 @@ class UnsupportedKind(ValueError):
 
 
 def check_staged(queries: list[WindowQuery], config=None) -> None:
-    """Refuse what the staged objects cannot run yet: kinds without halves (naming the supported ones) and the idle
-    timeout (a wall-clock close decision the coordinator does not take yet)."""
+    """Refuse what the staged objects cannot run: the idle timeout (a wall-clock close decision the coordinator
+    does not take yet) — every query kind has halves (:data:`SUPPORTED_KINDS`); a kind unknown to this module (a
+    kind added without halves) is refused by name, naming the supported ones."""
     bad = [f"{q.id!r} ({q.kind})" for q in queries if q.kind not in SUPPORTED_KINDS]
     if bad:
         raise UnsupportedKind(f"the staged stage A / coordinator split supports the kinds "
@@ -410,13 +417,52 @@ class GridStageA(StageAHalf):
                             for t, v in d["pending"].items()}
 
 
+class EMDStageA(StageAHalf):
+    """emd_linear and emd_frequency (Imola et al. (EMD)): stateless; a copy of the query whose item domain is bound
+    to the partition's item table. The reservation is the exact cost: the names are bound before ``prepare`` (as
+    in the engine), so every item resolves and a user's cost — Cost.emd(α) (Lemma 4.2), or the item-wise guarantee
+    at their own m_i (Thm 4.4) for emd_frequency — is known at the admit; nothing settles, nothing comes back.
+    emd_linear sends per admitted featured user q_f(D_i) (d float columns: Alg. 1 needs only these and n);
+    emd_frequency the kept users' featured items in window order (domain row, the user's index among the part's
+    kept users: Alg. 4 draws one report per item in turn and weights it 1/(n·m_i))."""
+
+    def __init__(self, query: WindowQuery) -> None:
+        super().__init__(query)
+        self.qa = copy.copy(query)  # the configuration, shared; the item domain's binding, this partition's own
+        self.qa.items = ItemDomain(query.items.names)
+
+    def bind(self, items: Names) -> None:
+        super().bind(items)
+        self.qa.bind_names(items)
+
+    def prepare(self, w: WindowData, draws) -> Reservation:
+        res = self.qa.prepare(w, draws)
+        if res.private is not None and (res.private[2] == _UNKNOWN).any():
+            raise RuntimeError(f"{self.q.id}: an item id did not resolve at prepare (the names are bound first)")
+        return res
+
+    def contribution(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+        z = np.zeros(0, dtype=np.int64)
+        if res.private is None:
+            return z, z, {}
+        if self.q.kind == "emd_linear":
+            means, _ = self.qa.admitted_means(res, admitted)
+            return z, z, {"points": means, "order": np.zeros(means.shape[0], dtype=np.uint64)}
+        r, index, users, exact = self.qa.admitted_rows(res, admitted)
+        keep = admitted[res.users]
+        if not (np.array_equal(users, res.users[keep]) and np.array_equal(exact, res.costs[keep])):
+            raise RuntimeError(f"{self.q.id}: the exact costs differ from the reservations (nothing settles here)")
+        return z, z, {"points": np.zeros((r.size, 0)), "order": np.zeros(r.size, dtype=np.uint64),
+                      "point_ints": np.column_stack([r, index]).astype(np.int64)}
+
+
 _CGP = COMPONENTS.index("cgp_rho")
 _GEO_KINDS = ("geo_locations", "geo_knn", "geo_convex_hull")
 _ADAPTIVE_KINDS = ("range_counts", "kde_point", "knn_point")
 _HALVES = {"window_histogram": HistogramStageA, "top_k": TopKStageA, "continual_counts": ContinualCountsStageA,
            "continual_sums": ContinualSumsStageA, **{k: GeoStageA for k in _GEO_KINDS},
            **{k: AdaptiveStageA for k in _ADAPTIVE_KINDS}, "threshold_count": ThresholdStageA,
-           "grid_means": GridStageA}
+           "grid_means": GridStageA, "emd_linear": EMDStageA, "emd_frequency": EMDStageA}
 
 
 def stage_a_half(query: WindowQuery) -> StageAHalf:
@@ -437,6 +483,17 @@ def release_merged(query: WindowQuery, ids: np.ndarray, counts: np.ndarray, extr
                                     extra.get("order", np.zeros(0, dtype=np.uint64)), rng), None
     if query.kind == "threshold_count":
         return query.release_count(extra["seq"], int(np.asarray(counts).sum()), rng)
+    if query.kind == "emd_linear":
+        return query.release_means(extra.get("points", np.zeros((0, query.dim))), rng), None
+    if query.kind == "emd_frequency":
+        ints = extra.get("point_ints", np.zeros((0, 2), dtype=np.int64))
+        index, n, at = np.empty(ints.shape[0], dtype=np.int64), 0, 0
+        for _, k in extra.get("point_parts", []):  # each part numbers its users 0 … n_p − 1: offset them
+            local = ints[at:at + k, 1]
+            index[at:at + k] = local + n
+            n += int(local.max()) + 1 if k else 0
+            at += k
+        return query.release_rows(ints[:, 0], index, n, rng), None
     if query.kind == "grid_means":
         pts = extra.get("points", np.zeros((0, 2)))
         ints = extra.get("point_ints", np.zeros((0, 2 if query.cells == "grid" else 1), dtype=np.int64))

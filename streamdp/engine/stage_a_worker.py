@@ -5,7 +5,8 @@ coordinator in bytes only (docs/DECISIONS.md, "Scale-out: stage A admits"; messa
 Pure core: the only outside object is the :class:`~streamdp.filter.store.BudgetStore` it is given. Its state is
 PER INPUT PARTITION (:class:`PartitionState`): the held events of open windows, the partition's watermark, its user
 and item names, each query's stage-A half (continual_counts' epoch counters, top_k's PWYG counter as of the last
-outcome, continual_sums' record history and selected keys, the adaptive kinds' B_i and C_i), the replay-digest chain, the bounding key Kb, the last outcome applied and the reservations awaiting
+outcome, continual_sums' record history and selected keys, the adaptive kinds' B_i and C_i, bounded grid_means'
+per-user spend and halts), the replay-digest chain, the bounding key Kb, the last outcome applied and the reservations awaiting
 their settle — so a partition's state can move to another StageA on a rebalance (:meth:`StageA.release` /
 :meth:`StageA.adopt`) and be checkpointed with that partition's input offset.
 
@@ -26,7 +27,7 @@ Bounding key Kb: in test mode (``unsafe_test_seed``) ``bounding_key(make_generat
 otherwise 32 bytes from the OS per partition state, kept in its snapshot (a replay draws the same subsets). Kb
 need not derive from the noise key at all, so stage A holds nothing of the release noise.
 
-Not yet: ``idle_timeout`` (refused), the kinds without halves (refused, :func:`count_halves.check_staged`), a user on two
+Not yet: ``idle_timeout`` (refused, :func:`count_halves.check_staged`), a user on two
 partitions in one window (each partition admits its own events of them; the single engine lets the lowest
 partition own them — not from a user-keyed topic whose partition count stayed put), ingest after :meth:`flush`.
 """

@@ -1,5 +1,5 @@
-"""The staged split of the count kinds, continual_sums, the geo kinds and the adaptive point kinds (range_counts,
-kde_point, knn_point, threshold_count) (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
+"""The staged split of every query kind — the count kinds, continual_sums, the geo kinds, the adaptive point kinds
+(range_counts, kde_point, knn_point, threshold_count), grid_means (both notions) and the EMD kinds — (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
 staged_messages.py; docs/DECISIONS.md "Scale-out: stage A admits") equals one ReleaseEngine.
 
 N = 1, 2, 3 StageA objects owning a split of 4 user-keyed input partitions and one Coordinator, talking in bytes
@@ -239,21 +239,43 @@ upper = 10.0
 bounded_budget_rho = 2.0
 estimator = "optimized_quantile"
 """
+EMD_LIN = """
+[[query]]
+id = "el"
+kind = "emd_linear"
+alpha = 0.5
+lipschitz = 3.0
+dimensions = ["a", "b"]
+features = { i0 = [0.1, 0.7], i1 = [0.35, 0.3333333333333333], i2 = [1.0, 0.0], i3 = [0.2, 0.25], i4 = [0.9, 0.45], i5 = [0.0, 1.0], i6 = [0.6, 0.6], i9 = [0.15, 0.05], "n3-1" = [0.5, 0.3] }
+"""
+EMD_FREQ = """
+[[query]]
+id = "ef"
+kind = "emd_frequency"
+alpha0 = 0.4
+gamma = 0.5
+max_items = 4
+delta = 1e-6
+clusters = { c1 = ["i0", "i1", "i2"], c2 = ["i3", "i4", "i5"], c3 = ["i6", "n2-0", "n5-3"] }
+"""
 CONFIGS = {"continual_counts": CC, "top_k": TOPK, "threshold": HIST, "top_kbar": KBAR,
            "mixed": CC + TOPK + HIST + KBAR, "sums_tree": SUMS_TREE, "sums_optimal": SUMS_OPTIMAL,
            "sums_blt": SUMS_BLT, "mixed_sums": TOPK + SUMS_BLT + CC + SUMS_OPTIMAL,
            "geo": GEO + GEO_GP, "geo_knn": KNN, "geo_hull": HULL, "mixed_geo": CC + GEO + KNN + HULL,
            "range": RANGE + RANGE_BM, "kde": KDE, "knn_point": KNNP, "mixed_adaptive": TOPK + RANGE + GEO + KDE + KNNP,
            "threshold_count": THR + HIST, "mixed_thr": THR + TOPK + RANGE, "grid": GRID_ITEM + GRID_LISTED,
-           "grid_bounded": GRID_BOUNDED + GRID_BOUNDED_ITEM + HIST, "mixed_grid": TOPK + GRID_ITEM + GRID_BOUNDED + GEO}
+           "grid_bounded": GRID_BOUNDED + GRID_BOUNDED_ITEM + HIST, "mixed_grid": TOPK + GRID_ITEM + GRID_BOUNDED + GEO,
+           "emd": EMD_LIN + EMD_FREQ + HIST, "mixed_emd": TOPK + EMD_FREQ + GRID_ITEM + RANGE}
 # budgets at which some users are halted part-way and others are not
 RHO = {"continual_counts": 60, "top_k": 10, "threshold": 8, "top_kbar": 8, "mixed": 80, "sums_tree": 150,
        "sums_optimal": 20, "sums_blt": 60, "mixed_sums": 150, "geo": 1, "geo_knn": 1, "geo_hull": 1,
        "mixed_geo": 60, "range": 1, "kde": 1, "knn_point": 1, "mixed_adaptive": 40,
-       "threshold_count": 10, "mixed_thr": 12, "grid": 2, "grid_bounded": 8, "mixed_grid": 12}
+       "threshold_count": 10, "mixed_thr": 12, "grid": 2, "grid_bounded": 8, "mixed_grid": 12,
+       "emd": 8, "mixed_emd": 12}
 # the geo configurations' cgp_rho budget per m² (a few windows' located cost)
 CGP = {"geo": 8e-10, "geo_knn": 1.5e-8, "geo_hull": 1.5e-8, "mixed_geo": 3e-8, "range": 2e-8, "kde": 1e-8,
-       "knn_point": 1e-8, "mixed_adaptive": 2e-8, "mixed_thr": 2e-8, "mixed_grid": 3e-8}
+       "knn_point": 1e-8, "mixed_adaptive": 2e-8, "mixed_thr": 2e-8, "mixed_grid": 3e-8,
+       "mixed_emd": 2e-8}
 # configurations whose stream carries locations without a geo query (grid cells)
 LOCATED = {"grid", "grid_bounded"}
 
@@ -279,8 +301,14 @@ def _quiet():
         yield
 
 
+# the EMD configurations' emd_alpha budget (a few windows' item-wise cost; δ for the shuffle bound)
+EMD = {"emd": 9.0, "mixed_emd": 8.0}
+
+
 def config(name, rho=None):
     text = SERVICE % {"rho": RHO[name] if rho is None else rho} + CONFIGS[name]
+    if name in EMD:
+        text = text.replace("[budget]\n", f"[budget]\nemd_alpha = {EMD[name]}\nemd_delta = 1e-3\n")
     if name in CGP:
         text = text.replace("[budget]\n", f"[budget]\ncgp_rho = {CGP[name]}\n")
     return parse_config(tomllib.loads(text), log_warnings=False)
@@ -600,7 +628,8 @@ def test_n_stages_and_a_coordinator_equal_one_engine(name, n):
 
 
 @pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts", "sums_blt", "mixed_sums", "mixed_geo",
-                                  "range", "mixed_adaptive", "mixed_thr", "grid_bounded", "mixed_grid"])
+                                  "range", "mixed_adaptive", "mixed_thr", "grid_bounded", "mixed_grid", "emd",
+                                  "mixed_emd"])
 def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     """Stages and the coordinator restart from their last snapshots at random points (stage A re-reads its input
     from the snapshot's offsets, the coordinator the internal topic from its positions); one partition moves
@@ -622,7 +651,7 @@ def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
 
 
 @pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo", "mixed_adaptive", "mixed_thr",
-                                  "mixed_grid"])
+                                  "mixed_grid", "mixed_emd"])
 def test_store_failures_part_way_are_restored_and_charge_once(name):
     """The store fails at random admits, settles, release-log writes and ledger appends — before the call or after
     it took effect (a lost reply). The failed stage refuses further work until restored (EngineFailed), restarts
@@ -659,7 +688,8 @@ def test_a_failed_step_refuses_further_work_until_restored():
     assert a.ingest(parse_batch(evs)[0], 0) == []
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums", "mixed_geo", "mixed_adaptive", "mixed_grid"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums", "mixed_geo", "mixed_adaptive", "mixed_grid",
+                                  "mixed_emd"])
 def test_stages_ending_their_input_at_different_times_close_alike(name):
     """A stage whose partitions are read to the end flushes (final markers) while the others still ingest: the
     windows past its watermark close as the engine's flush closes them (closed_by end_of_input), no earlier."""
@@ -740,7 +770,7 @@ def test_in_production_each_partition_draws_its_own_bounding_key_and_keeps_it():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["mixed", "mixed_sums", "mixed_geo", "mixed_adaptive", "mixed_grid"])
+@pytest.mark.parametrize("name", ["mixed", "mixed_sums", "mixed_geo", "mixed_adaptive", "mixed_grid", "mixed_emd"])
 def test_on_a_redis_cluster_the_stages_equal_one_engine_on_the_memory_store(redis_cluster_url, name):
     """Each stage and the coordinator with its own client of a 3-primary Redis Cluster (as separate processes),
     with a crash and a rebalance, against one engine on the in-memory store."""
@@ -815,25 +845,22 @@ def test_a_user_at_budget_is_dropped_end_to_end():
     assert store.get_user("greedy").halted and not store.get_user("u0").halted
 
 
-def test_other_kinds_and_the_idle_timeout_are_refused():
-    text = SERVICE % {"rho": 1} + """
-[[query]]
-id = "el"
-kind = "emd_linear"
-alpha = 1.0
-lipschitz = 2.0
-features = { a = [0.0], b = [1.0] }
-"""
-    cfg = parse_config(tomllib.loads(text), log_warnings=False)
-    store = MemoryBudgetStore(budget_vector(cfg.budget))
-    for cls in (StageA, Coordinator):
-        with pytest.raises(UnsupportedKind, match="window_histogram, top_k, continual_counts, continual_sums"):
-            cls(cfg.engine_config(), cfg.build_queries(), store)
+def test_every_kind_is_supported_and_only_the_idle_timeout_is_refused():
+    from streamdp.config.kinds import kinds
+    from streamdp.engine.count_halves import SUPPORTED_KINDS, check_staged
+
+    assert sorted(SUPPORTED_KINDS) == sorted(kinds())
     cfg = config("mixed")
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
     conf = cfg.engine_config()
     conf.idle_timeout = 5.0
-    with pytest.raises(ValueError, match="idle_timeout"):
-        StageA(conf, cfg.build_queries(), store)
+    for cls in (StageA, Coordinator):
+        with pytest.raises(ValueError, match="idle_timeout"):
+            cls(conf, cfg.build_queries(), store)
+    q = cfg.build_queries()[0]
+    q.kind = "no_such_kind"
+    with pytest.raises(UnsupportedKind, match="window_histogram, top_k, continual_counts, continual_sums"):
+        check_staged([q])
 
 
 def test_messages_round_trip_compactly_and_refuse_other_versions():
