@@ -215,6 +215,17 @@ upper = 10.0
 cell_selection = "listed"
 cell_list = ["0,0", "1,1", "2,2", "-1,0", "7,7"]
 """
+GRID_ITEM_LISTED = """
+[[query]]
+id = "gmil"
+kind = "grid_means"
+cells = "item"
+rho = 0.25
+m_ub = 1
+upper = 10.0
+cell_selection = "listed"
+cell_list = ["i1", "i3", "n4-2", "zz"]
+"""
 GRID_BOUNDED = """
 [[query]]
 id = "gmb"
@@ -265,7 +276,7 @@ CONFIGS = {"continual_counts": CC, "top_k": TOPK, "threshold": HIST, "top_kbar":
            "range": RANGE + RANGE_BM, "kde": KDE, "knn_point": KNNP, "mixed_adaptive": TOPK + RANGE + GEO + KDE + KNNP,
            "threshold_count": THR + HIST, "mixed_thr": THR + TOPK + RANGE, "grid": GRID_ITEM + GRID_LISTED,
            "grid_bounded": GRID_BOUNDED + GRID_BOUNDED_ITEM + HIST, "mixed_grid": TOPK + GRID_ITEM + GRID_BOUNDED + GEO,
-           "emd": EMD_LIN + EMD_FREQ + HIST, "mixed_emd": TOPK + EMD_FREQ + GRID_ITEM + RANGE}
+           "emd": EMD_LIN + EMD_FREQ + HIST, "mixed_emd": TOPK + EMD_FREQ + GRID_ITEM_LISTED + RANGE}
 # budgets at which some users are halted part-way and others are not
 RHO = {"continual_counts": 60, "top_k": 10, "threshold": 8, "top_kbar": 8, "mixed": 80, "sums_tree": 150,
        "sums_optimal": 20, "sums_blt": 60, "mixed_sums": 150, "geo": 1, "geo_knn": 1, "geo_hull": 1,
