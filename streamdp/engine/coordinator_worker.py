@@ -35,7 +35,7 @@ import orjson
 from streamdp.accounting.cost import N_COMPONENTS
 from streamdp.engine import state_codec
 from streamdp.engine.append_log import AppendLog
-from streamdp.engine.count_halves import check_staged, outcome_info, release_merged
+from streamdp.engine.count_halves import check_staged, outcome_info, point_code_column, release_merged
 from streamdp.engine.engine import EngineConfig, EngineFailed, ReleaseConflict, WindowSummary, admission_scope
 from streamdp.engine.query import Names, WindowData, WindowQuery
 from streamdp.engine.release_parameters import canonical, check_unchanged, release_parameters
@@ -55,11 +55,14 @@ class PartConflict(RuntimeError):
     of that partition's close disagree (restore the stage A's matching checkpoint)."""
 
 
-def merge_parts(qps: list, gids: list, partitions: list | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+def merge_parts(qps: list, gids: list, partitions: list | None = None, code_column: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray, dict]:
     """One query's per-item arrays over the window's parts (in partition order; ``gids`` each part's dictionary
     as coordinator ids): (sorted item ids, summed counts, {"sums": summed sum increments, "points" and "order":
-    the points and their order keys concatenated in partition order} — the entries the parts carry). Integer
-    sums: exact in any order; the geo release orders the points by their keys (partition order is irrelevant)."""
+    the points and their order keys concatenated in partition order, "point_ints" their integer columns (the
+    ``code_column``, if any, mapped from the part's dictionary codes to coordinator item ids), "info": the parts'
+    info objects summed by key} — the entries the parts carry). Integer sums: exact in any order; the geo release
+    orders the points by their keys (partition order is irrelevant)."""
     z = np.zeros(0, dtype=np.int64)
     ids = np.concatenate([g[qp.codes] for g, qp in zip(gids, qps)]) if qps else z
     counts = np.concatenate([qp.counts for qp in qps]) if qps else z
@@ -89,7 +92,18 @@ def merge_parts(qps: list, gids: list, partitions: list | None = None) -> tuple[
         if partitions is not None:  # which partition sent each point (in order): per-point answers go back to it
             extra["point_parts"] = [(int(partitions[k]), int(qps[k].points.shape[0])) for k in pts]
         if any(qps[k].point_ints is not None for k in pts):
-            extra["point_ints"] = np.concatenate([qps[k].point_ints for k in pts], axis=0)
+            ints = [qps[k].point_ints for k in pts]
+            if code_column is not None:
+                ints = [i.copy() for i in ints]
+                for k, i in zip(pts, ints):
+                    i[:, code_column] = gids[k][i[:, code_column]]
+            extra["point_ints"] = np.concatenate(ints, axis=0)
+    infos = [qp.info for qp in qps if qp.info]
+    if infos:
+        extra["info"] = {}
+        for d in infos:
+            for key, v in d.items():
+                extra["info"][key] = extra["info"].get(key, 0) + v
     return ids, counts, extra
 
 
@@ -235,7 +249,7 @@ class Coordinator:
             qps = [part.queries[qi] for part in parts]
             if any(qp.query != q.id for qp in qps):
                 raise ValueError(f"window {seq}: a part's queries are not this coordinator's {[x.id for x in self.queries]}")
-            ids, counts, extra = merge_parts(qps, gids, [part.partition for part in parts])
+            ids, counts, extra = merge_parts(qps, gids, [part.partition for part in parts], point_code_column(q))
             extra["seq"] = seq
             rel, row = release_merged(q, ids, counts, extra, self.rng, self.items)
             released.append((q, qps, rel, row))

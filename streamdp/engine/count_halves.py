@@ -1,16 +1,19 @@
-"""The count kinds, continual_sums, the geo kinds and the adaptive point kinds cut in two: what stage A keeps and
-computes per input partition, and what the coordinator keeps (docs/DECISIONS.md, "Scale-out: stage A admits").
+"""Every query kind cut in two: what stage A keeps and computes per input partition, and what the coordinator keeps
+(docs/DECISIONS.md, "Scale-out: stage A admits").
 
 A query of a count kind (window_histogram — both algorithms —, top_k, continual_counts), continual_sums, a geo kind
-(geo_locations, geo_knn, geo_convex_hull) or an adaptive kind (range_counts, kde_point, knn_point, threshold_count)
-is one object in the single engine. Split, it becomes:
+(geo_locations, geo_knn, geo_convex_hull), an adaptive kind (range_counts, kde_point, knn_point, threshold_count),
+grid_means (both notions) or an EMD kind (emd_linear, emd_frequency) is one object in the single engine. Split, it
+becomes:
 
 * a **stage-A half** per (query, input partition) — this module's :class:`StageAHalf` subclasses: the bounding, the
   per-user state (continual_counts' epoch counters of (user, item) pairs, :class:`ContributionBounder`;
   continual_sums' per-user record history, :class:`RecordBounder`), the reservation (``prepare``) and, once the
   filter answered, the per-item counts of the ADMITTED users' contributions (``contribution``; continual_sums also
   their per-key sum increments in grid units; the geo kinds each admitted located user's bounded planar point and
-  its order key, no user id), which are all the coordinator needs of the data. Each half reads
+  its order key, no user id; grid_means the admitted users' rows with their order keys; emd_linear each admitted
+  featured user's q_f(D_i); emd_frequency their featured items with a local user index), which are all the
+  coordinator needs of the data. Each half reads
   the query object for its configuration only (costs, Δ0, C, k, the public Gram column), never for its mechanism
   state;
 * the **coordinator half** — the query object itself, whose mechanism state (the binary-mechanism tree of Dwork et
@@ -27,11 +30,12 @@ for a key a user touches first while it is unselected, so it needs the keys sele
 outcome carries the keys selected at t by name (the release's public ``new_keys``). The adaptive kinds' stage A
 keeps each user's remaining budget B_i and sequence charge C_i (Liang–Yi (adaptive budgeting) Alg. 3) and gets back,
 per partition and local index, each admitted user's executed cost, to settle and update them
-(:class:`AdaptiveStageA`); threshold_count's gets the one settled row, as top_k's. The other kinds settle nothing
-and need nothing back.
+(:class:`AdaptiveStageA`); threshold_count's gets the one settled row, as top_k's. grid_means in the bounded notion
+keeps its own per-user spend and halts in stage A and gets back the released cells, which it charges there
+(:class:`GridStageA`). The other kinds settle nothing and need nothing back.
 
-Any other kind is refused by the staged objects (:func:`check_staged`): its "what crosses" (DECISIONS table) is
-not built yet.
+Every kind has halves (:data:`SUPPORTED_KINDS`); :func:`check_staged` refuses only a kind unknown to it and the
+idle timeout.
 """
 
 from __future__ import annotations
@@ -44,11 +48,13 @@ from streamdp.accounting.cost import COMPONENTS, N_COMPONENTS
 from streamdp.arrays import unique_sorted
 from streamdp.bounding.contribution import ContributionBounder
 from streamdp.bounding.record_bounds import RecordBounder
+from streamdp.engine.queries.emd import _UNKNOWN, ItemDomain
 from streamdp.engine.query import Names, QueryRelease, Reservation, WindowData, WindowQuery
 from streamdp.mechanisms.pay_what_you_get import PayWhatYouGet
 
 SUPPORTED_KINDS = ("window_histogram", "top_k", "continual_counts", "continual_sums", "geo_locations", "geo_knn",
-                   "geo_convex_hull", "range_counts", "kde_point", "knn_point", "threshold_count")
+                   "geo_convex_hull", "range_counts", "kde_point", "knn_point", "threshold_count", "grid_means",
+                   "emd_linear", "emd_frequency")
 
 
 class UnsupportedKind(ValueError):
@@ -56,8 +62,9 @@ class UnsupportedKind(ValueError):
 
 
 def check_staged(queries: list[WindowQuery], config=None) -> None:
-    """Refuse what the staged objects cannot run yet: kinds without halves (naming the supported ones) and the idle
-    timeout (a wall-clock close decision the coordinator does not take yet)."""
+    """Refuse what the staged objects cannot run: the idle timeout (a wall-clock close decision the coordinator
+    does not take yet) — every query kind has halves (:data:`SUPPORTED_KINDS`); a kind unknown to this module (a
+    kind added without halves) is refused by name, naming the supported ones."""
     bad = [f"{q.id!r} ({q.kind})" for q in queries if q.kind not in SUPPORTED_KINDS]
     if bad:
         raise UnsupportedKind(f"the staged stage A / coordinator split supports the kinds "
@@ -77,6 +84,9 @@ class StageAHalf:
     #: the query settles after its release (reserve and settle): stage A keeps its admitted users' reservations
     #: of the window until the window's outcome
     settles = False
+    #: the column of ``point_ints`` that holds item ids (stage A sends them as codes into the part's dictionary,
+    #: the coordinator maps them to its own ids), or None
+    point_code_column: int | None = None
 
     def __init__(self, query: WindowQuery) -> None:
         self.q = query
@@ -329,12 +339,130 @@ class ThresholdStageA(StageAHalf):
     settle_rows = TopKStageA.settle_rows
 
 
+class GridStageA(StageAHalf):
+    """grid_means, both notions (per-cell means of users' values; the add/remove clipped sum and count, or the
+    IoT-means paper's bounded estimators): the admitted users' usable rows cross — per row its user's order key,
+    value, event time (float columns) and cell ((ix, iy), or the item's code in the part's dictionary) — with no
+    user id: clipping, the tie-break and the estimators need each user's rows, grouped and ordered by key
+    (``CellQuery._ordered``). add/remove: stateless, the reservation is the actual cost. Bounded: the partition's
+    per-user spend and halts in the query's own notion (a copy of the query object with its own arrays): the local
+    filter runs here after the admit (the users it halts now cross as a count, ``info``), and the outcome brings
+    back the released cells (public: the release's cell keys), from which each user's ρ_cell per released cell is
+    charged here — before the next admit, as the engine charges it within the close."""
+
+    def __init__(self, query: WindowQuery) -> None:
+        super().__init__(query)
+        self.qa = copy.copy(query)  # the configuration, shared; the item table and per-user arrays, its own
+        self.bounded = query.neighbours != "add_remove"
+        if self.bounded:
+            self.qa._spent = np.zeros(0, dtype=np.int64)
+            self.qa._halted = np.zeros(0, dtype=bool)
+        self.point_code_column = 0 if query.cells == "item" else None
+        self.pending: dict[int, dict] = {}  # bounded: window → the kept (user, cell key) pairs awaiting the outcome
+        self._seq = 0
+
+    def bind(self, items: Names) -> None:
+        super().bind(items)
+        bind = getattr(self.qa, "bind_names", None)
+        if bind is not None:
+            bind(items)
+
+    def prepare(self, w: WindowData, draws) -> Reservation:
+        self._seq = w.seq
+        return self.qa.prepare(w, draws)
+
+    def contribution(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+        z = np.zeros(0, dtype=np.int64)
+        if res.private is None:
+            return z, z, {}
+        info = None
+        if self.bounded:
+            p = res.private[0]
+            keep, halted = self.qa.local_filter(res, admitted)
+            info = {"halted": halted} if halted else None
+            if keep.any():
+                pairs = np.unique(np.column_stack([p.user[keep], p.cell[keep]]), axis=0)
+                keys = self.qa._cell_keys(p.table, self.items)
+                self.pending[self._seq] = {"users": pairs[:, 0].copy(), "cells": [keys[c] for c in pairs[:, 1]]}
+        else:
+            p = res.private
+            keep = admitted[p.user]
+        okey, cells, value, ts = self.qa.admitted_rows(p, keep)
+        ints = np.asarray(cells, dtype=np.int64).reshape(okey.size, 2 if self.q.cells == "grid" else 1)
+        out = {"points": np.column_stack([value, ts]), "order": okey, "point_ints": ints}
+        if info:
+            out["info"] = info
+        return z, z, out
+
+    def apply_outcome(self, info: dict | None, seq: int) -> None:
+        pend = self.pending.pop(int(seq), None)
+        if pend is None or not info:
+            return
+        released = set(info.get("released", ()))
+        mask = np.fromiter((c in released for c in pend["cells"]), dtype=bool, count=len(pend["cells"]))
+        users = np.asarray(pend["users"], dtype=np.int64)
+        self.qa.charge_released(users, np.arange(users.size, dtype=np.int64), mask)
+
+    def state(self) -> dict:
+        if not self.bounded:
+            return {}
+        return {"bounded": self.qa.state(),
+                "pending": {str(t): {"users": np.asarray(d["users"], dtype=np.int64), "cells": list(d["cells"])}
+                            for t, d in self.pending.items()}}
+
+    def load_state(self, d: dict) -> None:
+        if self.bounded:
+            self.qa.load_state(d["bounded"])
+            self.pending = {int(t): {"users": np.asarray(v["users"], dtype=np.int64), "cells": list(v["cells"])}
+                            for t, v in d["pending"].items()}
+
+
+class EMDStageA(StageAHalf):
+    """emd_linear and emd_frequency (Imola et al. (EMD)): stateless; a copy of the query whose item domain is bound
+    to the partition's item table. The reservation is the exact cost: the names are bound before ``prepare`` (as
+    in the engine), so every item resolves and a user's cost — Cost.emd(α) (Lemma 4.2), or the item-wise guarantee
+    at their own m_i (Thm 4.4) for emd_frequency — is known at the admit; nothing settles, nothing comes back.
+    emd_linear sends per admitted featured user q_f(D_i) (d float columns: Alg. 1 needs only these and n);
+    emd_frequency the kept users' featured items in window order (domain row, the user's index among the part's
+    kept users: Alg. 4 draws one report per item in turn and weights it 1/(n·m_i))."""
+
+    def __init__(self, query: WindowQuery) -> None:
+        super().__init__(query)
+        self.qa = copy.copy(query)  # the configuration, shared; the item domain's binding, this partition's own
+        self.qa.items = ItemDomain(query.items.names)
+
+    def bind(self, items: Names) -> None:
+        super().bind(items)
+        self.qa.bind_names(items)
+
+    def prepare(self, w: WindowData, draws) -> Reservation:
+        res = self.qa.prepare(w, draws)
+        if res.private is not None and (res.private[2] == _UNKNOWN).any():
+            raise RuntimeError(f"{self.q.id}: an item id did not resolve at prepare (the names are bound first)")
+        return res
+
+    def contribution(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+        z = np.zeros(0, dtype=np.int64)
+        if res.private is None:
+            return z, z, {}
+        if self.q.kind == "emd_linear":
+            means, _ = self.qa.admitted_means(res, admitted)
+            return z, z, {"points": means, "order": np.zeros(means.shape[0], dtype=np.uint64)}
+        r, index, users, exact = self.qa.admitted_rows(res, admitted)
+        keep = admitted[res.users]
+        if not (np.array_equal(users, res.users[keep]) and np.array_equal(exact, res.costs[keep])):
+            raise RuntimeError(f"{self.q.id}: the exact costs differ from the reservations (nothing settles here)")
+        return z, z, {"points": np.zeros((r.size, 0)), "order": np.zeros(r.size, dtype=np.uint64),
+                      "point_ints": np.column_stack([r, index]).astype(np.int64)}
+
+
 _CGP = COMPONENTS.index("cgp_rho")
 _GEO_KINDS = ("geo_locations", "geo_knn", "geo_convex_hull")
 _ADAPTIVE_KINDS = ("range_counts", "kde_point", "knn_point")
 _HALVES = {"window_histogram": HistogramStageA, "top_k": TopKStageA, "continual_counts": ContinualCountsStageA,
            "continual_sums": ContinualSumsStageA, **{k: GeoStageA for k in _GEO_KINDS},
-           **{k: AdaptiveStageA for k in _ADAPTIVE_KINDS}, "threshold_count": ThresholdStageA}
+           **{k: AdaptiveStageA for k in _ADAPTIVE_KINDS}, "threshold_count": ThresholdStageA,
+           "grid_means": GridStageA, "emd_linear": EMDStageA, "emd_frequency": EMDStageA}
 
 
 def stage_a_half(query: WindowQuery) -> StageAHalf:
@@ -355,6 +483,25 @@ def release_merged(query: WindowQuery, ids: np.ndarray, counts: np.ndarray, extr
                                     extra.get("order", np.zeros(0, dtype=np.uint64)), rng), None
     if query.kind == "threshold_count":
         return query.release_count(extra["seq"], int(np.asarray(counts).sum()), rng)
+    if query.kind == "emd_linear":
+        return query.release_means(extra.get("points", np.zeros((0, query.dim))), rng), None
+    if query.kind == "emd_frequency":
+        ints = extra.get("point_ints", np.zeros((0, 2), dtype=np.int64))
+        index, n, at = np.empty(ints.shape[0], dtype=np.int64), 0, 0
+        for _, k in extra.get("point_parts", []):  # each part numbers its users 0 … n_p − 1: offset them
+            local = ints[at:at + k, 1]
+            index[at:at + k] = local + n
+            n += int(local.max()) + 1 if k else 0
+            at += k
+        return query.release_rows(ints[:, 0], index, n, rng), None
+    if query.kind == "grid_means":
+        pts = extra.get("points", np.zeros((0, 2)))
+        ints = extra.get("point_ints", np.zeros((0, 2 if query.cells == "grid" else 1), dtype=np.int64))
+        cells = ints if query.cells == "grid" else ints[:, 0]
+        rows = (extra.get("order", np.zeros(0, dtype=np.uint64)), cells, pts[:, 0], pts[:, 1])
+        if query.neighbours == "add_remove":
+            return query.release_rows(*rows, rng, items), None
+        return query.release_rows(*rows, rng, items, extra.get("info", {}).get("halted", 0))[0], None
     if query.kind in _ADAPTIVE_KINDS:
         ints = extra.get("point_ints", np.zeros((0, 2), dtype=np.int64))
         r, cap = ints[:, 0], ints[:, 1]
@@ -384,6 +531,9 @@ def outcome_info(query: WindowQuery, rel: QueryRelease, row: np.ndarray | None) 
     if query.kind == "continual_sums":
         new = rel.values.get("new_keys") or []
         return {"new": list(new)} if new else None
+    if query.kind == "grid_means":  # bounded: the released cells, each costing its users ρ_cell in the query's notion
+        cells = list(rel.values.get("cells", {})) if query.neighbours != "add_remove" else []
+        return {"released": cells} if cells else None
     if query.kind in _ADAPTIVE_KINDS:
         return {"executed": row["executed"]} if isinstance(row, dict) else None
     if query.kind == "threshold_count":
@@ -392,3 +542,10 @@ def outcome_info(query: WindowQuery, rel: QueryRelease, row: np.ndarray | None) 
         return None
     return {"pwyg": query.pwyg.state(), "n": int(rel.meta.get("items_returned", 0)),
             "actual": None if row is None else [int(x) for x in row]}
+
+
+def point_code_column(query: WindowQuery) -> int | None:
+    """The column of the query's per-point integers that holds item codes (:attr:`StageAHalf.point_code_column`)."""
+    if query.kind == "grid_means" and query.cells == "item":
+        return 0
+    return None

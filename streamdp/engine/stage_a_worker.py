@@ -5,7 +5,8 @@ coordinator in bytes only (docs/DECISIONS.md, "Scale-out: stage A admits"; messa
 Pure core: the only outside object is the :class:`~streamdp.filter.store.BudgetStore` it is given. Its state is
 PER INPUT PARTITION (:class:`PartitionState`): the held events of open windows, the partition's watermark, its user
 and item names, each query's stage-A half (continual_counts' epoch counters, top_k's PWYG counter as of the last
-outcome, continual_sums' record history and selected keys, the adaptive kinds' B_i and C_i), the replay-digest chain, the bounding key Kb, the last outcome applied and the reservations awaiting
+outcome, continual_sums' record history and selected keys, the adaptive kinds' B_i and C_i, bounded grid_means'
+per-user spend and halts), the replay-digest chain, the bounding key Kb, the last outcome applied and the reservations awaiting
 their settle — so a partition's state can move to another StageA on a rebalance (:meth:`StageA.release` /
 :meth:`StageA.adopt`) and be checkpointed with that partition's input offset.
 
@@ -26,7 +27,7 @@ Bounding key Kb: in test mode (``unsafe_test_seed``) ``bounding_key(make_generat
 otherwise 32 bytes from the OS per partition state, kept in its snapshot (a replay draws the same subsets). Kb
 need not derive from the noise key at all, so stage A holds nothing of the release noise.
 
-Not yet: ``idle_timeout`` (refused), the kinds without halves (refused, :func:`count_halves.check_staged`), a user on two
+Not yet: ``idle_timeout`` (refused, :func:`count_halves.check_staged`), a user on two
 partitions in one window (each partition admits its own events of them; the single engine lets the lowest
 partition own them — not from a user-keyed topic whose partition count stayed put), ingest after :meth:`flush`.
 """
@@ -381,13 +382,18 @@ class StageA:
         adm_users = all_users[mask]
         for qi, (h, q, r) in enumerate(zip(st.halves, self.queries, reservations)):
             ids, counts, extra = h.contribution(r, admitted)
+            ints = extra.get("point_ints")
+            if h.point_code_column is not None and ints is not None and ints.shape[0]:
+                ints = ints.copy()  # item ids → codes into the window's dictionary
+                col = h.point_code_column
+                ints[:, col] = code_of[np.searchsorted(uniq, ints[:, col])]
             keep = admitted[r.users] if r.users.size else np.zeros(0, dtype=bool)
             rows = r.costs[keep]
             qp = QueryPart(q.id, code_of[np.searchsorted(uniq, ids)] if ids.size else np.zeros(0, np.int64),
                            np.asarray(counts, dtype=np.int64), admitted=int(rows.shape[0]),
                            charged=int((rows > 0).any(axis=1).sum()) if rows.size else 0,
                            sums=extra.get("sums"), points=extra.get("points"), order=extra.get("order"),
-                           point_ints=extra.get("point_ints"))
+                           point_ints=ints, info=extra.get("info"))
             if rows.shape[0]:
                 qp.max_cost, qp.min_cost = rows.max(axis=0), rows.min(axis=0)
             qparts.append(qp)

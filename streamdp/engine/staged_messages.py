@@ -4,7 +4,8 @@ admits"): bytes only, versioned, compact (numpy arrays as little-endian bytes, n
 * :class:`PartContribution` — stage A → coordinator, one per (window t, input partition p) whose partition held
   events in t, sent once p's watermark passed t's end and t − 1's outcome was applied: the partition's window item
   dictionary, per query the per-item counts of ADMITTED contributions (codes into the dictionary) — with
-  continual_sums' per-key sum increments, and the geo kinds' bounded points of admitted users — and the
+  continual_sums' per-key sum increments, the geo and adaptive kinds' bounded points of admitted users, the grid
+  kinds' admitted rows, emd_linear's per-user means and emd_frequency's featured item rows — and the
   sufficient statistics of the ledger's realised cost (users admitted, users charged, component-wise max and min
   of the admitted users' reservations), and counts of events, users admitted and refused. User names never cross.
 * :class:`PartitionMarker` — stage A → coordinator: "p is closed through window ``through``" (every part of p for
@@ -64,14 +65,17 @@ class QueryPart:
     points: np.ndarray | None = None  # float64 (n, 2): the geo kinds' bounded points of admitted users, no ids …
     order: np.ndarray | None = None  # … and each point's order key (uint64, a keyed hash: geo.canonical_points)
     point_ints: np.ndarray | None = None  # int64 (n, k) per point: the adaptive kinds' allocation r_i, cap P − C_i
+    info: dict | None = None  # small JSON-able per-query facts (grid_means_bounded: users halted by its own filter)
 
 
 @dataclass
 class PartContribution:
-    #: 2 (2026-12-07): per query an optional int64 array of sum increments and an optional (n, 2) float64 array
-    #: of points with their uint64 order keys and optional int64 columns per point (continual_sums, the geo kinds,
-    #: the adaptive kinds); 1: codes and counts only
-    VERSION = 2
+    #: 3 (2026-12-07): the per-point float64 columns are any number k ≥ 0 (the header says how many: grid_means'
+    #: (value, time) rows, emd_linear's d-dimensional per-user means, emd_frequency's integer-only rows) and a
+    #: query may carry a small JSON object (``info``); 2: an optional int64 array of sum increments and an optional
+    #: (n, 2) float64 array of points with their uint64 order keys and optional int64 columns per point
+    #: (continual_sums, the geo kinds, the adaptive kinds); 1: codes and counts only
+    VERSION = 3
 
     seq: int
     partition: int
@@ -84,10 +88,11 @@ class PartContribution:
 
     def to_bytes(self) -> bytes:
         """``b"SDPC"``, version, JSON header length, the JSON header (scalars, the item dictionary as one list, per
-        query its id, item count, statistics, whether sums follow and the number of points, −1 for none), then per
-        query its codes and counts as uint32 little-endian, its sums (if any) as int64 little-endian and its points
-        (if any) as float64 little-endian x, y pairs followed by their order keys as uint64 little-endian and their
-        integer columns (if any: the header's last number) as int64 little-endian, row by row."""
+        query its id, item count, statistics, whether sums follow, the number of points (−1 for none), the number of
+        integer and of float columns per point and its ``info`` object or null), then per query its codes and counts
+        as uint32 little-endian, its sums (if any) as int64 little-endian and its points (if any) as float64
+        little-endian rows (k columns each) followed by their order keys as uint64 little-endian and their integer
+        columns (if any) as int64 little-endian, row by row."""
         qs = []
         arrays = []
         for q in self.queries:
@@ -100,10 +105,12 @@ class PartContribution:
                 if sums.shape != codes.shape:
                     raise ValueError("part sums must have one entry per code")
                 blob += sums.astype("<i8").tobytes()
-            n_points = 0
+            n_points = n_cols = 0
             if q.points is not None:
-                pts = np.asarray(q.points, dtype=np.float64).reshape(-1, 2)
-                n_points = int(pts.shape[0])
+                pts = np.asarray(q.points, dtype=np.float64)
+                if pts.ndim != 2:
+                    raise ValueError("part points must be a 2-d array (one row per point)")
+                n_points, n_cols = int(pts.shape[0]), int(pts.shape[1])
                 order = np.zeros(n_points, dtype=np.uint64) if q.order is None else np.asarray(q.order)
                 if order.shape != (n_points,):
                     raise ValueError("part points need one order key each")
@@ -117,7 +124,7 @@ class PartContribution:
                 blob += np.ascontiguousarray(ints, dtype="<i8").tobytes()
             qs.append([q.query, int(codes.size), int(q.admitted), int(q.charged),
                        [int(x) for x in q.max_cost], [int(x) for x in q.min_cost], q.sums is not None,
-                       -1 if q.points is None else n_points, n_ints])
+                       -1 if q.points is None else n_points, n_ints, n_cols, q.info])
             arrays.append(blob)
         head = orjson.dumps({"seq": int(self.seq), "partition": int(self.partition), "events": int(self.events),
                              "admitted": int(self.admitted), "refused": int(self.refused),
@@ -133,7 +140,7 @@ class PartContribution:
         head = orjson.loads(data[at:at + n_head])
         at += n_head
         queries = []
-        for qid, n, admitted, charged, mx, mn, has_sums, n_points, n_ints in head["queries"]:
+        for qid, n, admitted, charged, mx, mn, has_sums, n_points, n_ints, n_cols, info in head["queries"]:
             codes = np.frombuffer(data, dtype="<u4", count=n, offset=at).astype(np.int64)
             at += 4 * n
             counts = np.frombuffer(data, dtype="<u4", count=n, offset=at).astype(np.int64)
@@ -143,9 +150,9 @@ class PartContribution:
                 sums = np.frombuffer(data, dtype="<i8", count=n, offset=at).astype(np.int64)
                 at += 8 * n
             if n_points >= 0:
-                points = np.frombuffer(data, dtype="<f8", count=2 * n_points, offset=at).astype(np.float64)
-                points = points.reshape(n_points, 2)
-                at += 16 * n_points
+                points = np.frombuffer(data, dtype="<f8", count=n_cols * n_points, offset=at).astype(np.float64)
+                points = points.reshape(n_points, n_cols)
+                at += 8 * n_cols * n_points
                 order = np.frombuffer(data, dtype="<u8", count=n_points, offset=at).astype(np.uint64)
                 at += 8 * n_points
             ints = None
@@ -155,7 +162,7 @@ class PartContribution:
                 at += 8 * n_ints * n_points
             queries.append(QueryPart(qid, codes, counts, admitted, charged, np.asarray(mx, dtype=np.int64),
                                      np.asarray(mn, dtype=np.int64), sums, points,
-                                     order if n_points >= 0 else None, ints))
+                                     order if n_points >= 0 else None, ints, info))
         if at != len(data):
             raise ValueError("part-contribution message has trailing bytes")
         if any(q.codes.size and q.codes.max() >= len(head["items"]) for q in queries):

@@ -1,5 +1,5 @@
-"""The staged split of the count kinds, continual_sums, the geo kinds and the adaptive point kinds (range_counts,
-kde_point, knn_point, threshold_count) (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
+"""The staged split of every query kind — the count kinds, continual_sums, the geo kinds, the adaptive point kinds
+(range_counts, kde_point, knn_point, threshold_count), grid_means (both notions) and the EMD kinds — (streamdp/engine/stage_a_worker.py, coordinator_worker.py, count_halves.py,
 staged_messages.py; docs/DECISIONS.md "Scale-out: stage A admits") equals one ReleaseEngine.
 
 N = 1, 2, 3 StageA objects owning a split of 4 user-keyed input partitions and one Coordinator, talking in bytes
@@ -193,30 +193,112 @@ rounds = 3
 queries = [{ window = 2, threshold = 10, item = "i0" }, { window = 5, threshold = 3, item = "i1" },
            { window = 7, threshold = 40, item = "i0" }, { window = 10, threshold = 1, item = "n9-1" }]
 """
+GRID_ITEM = """
+[[query]]
+id = "gm"
+kind = "grid_means"
+cells = "item"
+rho = 0.5
+m_ub = 2
+upper = 10.0
+delta_cell = 1e-5
+"""
+GRID_LISTED = """
+[[query]]
+id = "gml"
+kind = "grid_means"
+cells = "grid"
+cell_size = 4.0
+rho = 0.25
+m_ub = 3
+upper = 10.0
+cell_selection = "listed"
+cell_list = ["0,0", "1,1", "2,2", "-1,0", "7,7"]
+"""
+GRID_ITEM_LISTED = """
+[[query]]
+id = "gmil"
+kind = "grid_means"
+cells = "item"
+rho = 0.25
+m_ub = 1
+upper = 10.0
+cell_selection = "listed"
+cell_list = ["i1", "i3", "n4-2", "zz"]
+"""
+GRID_BOUNDED = """
+[[query]]
+id = "gmb"
+kind = "grid_means"
+neighbours = "bounded_unsafe_presence"
+cells = "grid"
+cell_size = 4.0
+epsilon = 1.0
+upper = 10.0
+bounded_budget_rho = 3.0
+estimator = "array_averaging"
+min_users = 2
+"""
+GRID_BOUNDED_ITEM = """
+[[query]]
+id = "gmbi"
+kind = "grid_means"
+neighbours = "bounded_unsafe_presence"
+cells = "item"
+epsilon = 1.0
+upper = 10.0
+bounded_budget_rho = 2.0
+estimator = "optimized_quantile"
+"""
+EMD_LIN = """
+[[query]]
+id = "el"
+kind = "emd_linear"
+alpha = 0.5
+lipschitz = 3.0
+dimensions = ["a", "b"]
+features = { i0 = [0.1, 0.7], i1 = [0.35, 0.3333333333333333], i2 = [1.0, 0.0], i3 = [0.2, 0.25], i4 = [0.9, 0.45], i5 = [0.0, 1.0], i6 = [0.6, 0.6], i9 = [0.15, 0.05], "n3-1" = [0.5, 0.3] }
+"""
+EMD_FREQ = """
+[[query]]
+id = "ef"
+kind = "emd_frequency"
+alpha0 = 0.4
+gamma = 0.5
+max_items = 4
+delta = 1e-6
+clusters = { c1 = ["i0", "i1", "i2"], c2 = ["i3", "i4", "i5"], c3 = ["i6", "n2-0", "n5-3"] }
+"""
 CONFIGS = {"continual_counts": CC, "top_k": TOPK, "threshold": HIST, "top_kbar": KBAR,
            "mixed": CC + TOPK + HIST + KBAR, "sums_tree": SUMS_TREE, "sums_optimal": SUMS_OPTIMAL,
            "sums_blt": SUMS_BLT, "mixed_sums": TOPK + SUMS_BLT + CC + SUMS_OPTIMAL,
            "geo": GEO + GEO_GP, "geo_knn": KNN, "geo_hull": HULL, "mixed_geo": CC + GEO + KNN + HULL,
            "range": RANGE + RANGE_BM, "kde": KDE, "knn_point": KNNP, "mixed_adaptive": TOPK + RANGE + GEO + KDE + KNNP,
-           "threshold_count": THR + HIST, "mixed_thr": THR + TOPK + RANGE}
+           "threshold_count": THR + HIST, "mixed_thr": THR + TOPK + RANGE, "grid": GRID_ITEM + GRID_LISTED,
+           "grid_bounded": GRID_BOUNDED + GRID_BOUNDED_ITEM + HIST, "mixed_grid": TOPK + GRID_ITEM + GRID_BOUNDED + GEO,
+           "emd": EMD_LIN + EMD_FREQ + HIST, "mixed_emd": TOPK + EMD_FREQ + GRID_ITEM_LISTED + RANGE}
 # budgets at which some users are halted part-way and others are not
 RHO = {"continual_counts": 60, "top_k": 10, "threshold": 8, "top_kbar": 8, "mixed": 80, "sums_tree": 150,
        "sums_optimal": 20, "sums_blt": 60, "mixed_sums": 150, "geo": 1, "geo_knn": 1, "geo_hull": 1,
        "mixed_geo": 60, "range": 1, "kde": 1, "knn_point": 1, "mixed_adaptive": 40,
-       "threshold_count": 10, "mixed_thr": 12}
+       "threshold_count": 10, "mixed_thr": 12, "grid": 2, "grid_bounded": 8, "mixed_grid": 12,
+       "emd": 8, "mixed_emd": 12}
 # the geo configurations' cgp_rho budget per m² (a few windows' located cost)
 CGP = {"geo": 8e-10, "geo_knn": 1.5e-8, "geo_hull": 1.5e-8, "mixed_geo": 3e-8, "range": 2e-8, "kde": 1e-8,
-       "knn_point": 1e-8, "mixed_adaptive": 2e-8, "mixed_thr": 2e-8}
+       "knn_point": 1e-8, "mixed_adaptive": 2e-8, "mixed_thr": 2e-8, "mixed_grid": 3e-8,
+       "mixed_emd": 2e-8}
+# configurations whose stream carries locations without a geo query (grid cells)
+LOCATED = {"grid", "grid_bounded"}
 
 
 def valued(name):
     """The configuration has a query with a value range: its stream carries values."""
-    return "value_range" in CONFIGS[name]
+    return "value_range" in CONFIGS[name] or 'kind = "grid_means"' in CONFIGS[name]
 
 
 def located(name):
     """The configuration has a geo query: its stream carries locations."""
-    return name in CGP
+    return name in CGP or name in LOCATED
 
 
 def data(seed, name):
@@ -230,8 +312,14 @@ def _quiet():
         yield
 
 
+# the EMD configurations' emd_alpha budget (a few windows' item-wise cost; δ for the shuffle bound)
+EMD = {"emd": 9.0, "mixed_emd": 8.0}
+
+
 def config(name, rho=None):
     text = SERVICE % {"rho": RHO[name] if rho is None else rho} + CONFIGS[name]
+    if name in EMD:
+        text = text.replace("[budget]\n", f"[budget]\nemd_alpha = {EMD[name]}\nemd_delta = 1e-3\n")
     if name in CGP:
         text = text.replace("[budget]\n", f"[budget]\ncgp_rho = {CGP[name]}\n")
     return parse_config(tomllib.loads(text), log_warnings=False)
@@ -551,7 +639,8 @@ def test_n_stages_and_a_coordinator_equal_one_engine(name, n):
 
 
 @pytest.mark.parametrize("name", ["mixed", "top_k", "continual_counts", "sums_blt", "mixed_sums", "mixed_geo",
-                                  "range", "mixed_adaptive", "mixed_thr"])
+                                  "range", "mixed_adaptive", "mixed_thr", "grid_bounded", "mixed_grid", "emd",
+                                  "mixed_emd"])
 def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     """Stages and the coordinator restart from their last snapshots at random points (stage A re-reads its input
     from the snapshot's offsets, the coordinator the internal topic from its positions); one partition moves
@@ -572,7 +661,8 @@ def test_crashes_and_a_rebalance_give_the_same_releases_and_charge_once(name):
     assert crashes >= 5 and replayed >= 5  # windows were admitted again after restarts, and charged nothing
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo", "mixed_adaptive", "mixed_thr"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "sums_tree", "mixed_geo", "mixed_adaptive", "mixed_thr",
+                                  "mixed_grid", "mixed_emd"])
 def test_store_failures_part_way_are_restored_and_charge_once(name):
     """The store fails at random admits, settles, release-log writes and ledger appends — before the call or after
     it took effect (a lost reply). The failed stage refuses further work until restored (EngineFailed), restarts
@@ -609,7 +699,8 @@ def test_a_failed_step_refuses_further_work_until_restored():
     assert a.ingest(parse_batch(evs)[0], 0) == []
 
 
-@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums", "mixed_geo", "mixed_adaptive"])
+@pytest.mark.parametrize("name", ["mixed", "top_k", "mixed_sums", "mixed_geo", "mixed_adaptive", "mixed_grid",
+                                  "mixed_emd"])
 def test_stages_ending_their_input_at_different_times_close_alike(name):
     """A stage whose partitions are read to the end flushes (final markers) while the others still ingest: the
     windows past its watermark close as the engine's flush closes them (closed_by end_of_input), no earlier."""
@@ -690,7 +781,7 @@ def test_in_production_each_partition_draws_its_own_bounding_key_and_keeps_it():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["mixed", "mixed_sums", "mixed_geo", "mixed_adaptive"])
+@pytest.mark.parametrize("name", ["mixed", "mixed_sums", "mixed_geo", "mixed_adaptive", "mixed_grid", "mixed_emd"])
 def test_on_a_redis_cluster_the_stages_equal_one_engine_on_the_memory_store(redis_cluster_url, name):
     """Each stage and the coordinator with its own client of a 3-primary Redis Cluster (as separate processes),
     with a crash and a rebalance, against one engine on the in-memory store."""
@@ -765,27 +856,22 @@ def test_a_user_at_budget_is_dropped_end_to_end():
     assert store.get_user("greedy").halted and not store.get_user("u0").halted
 
 
-def test_other_kinds_and_the_idle_timeout_are_refused():
-    text = SERVICE % {"rho": 1} + """
-[[query]]
-id = "gm"
-kind = "grid_means"
-cells = "item"
-rho = 0.125
-m_ub = 2
-upper = 100.0
-delta_cell = 1e-9
-"""
-    cfg = parse_config(tomllib.loads(text), log_warnings=False)
-    store = MemoryBudgetStore(budget_vector(cfg.budget))
-    for cls in (StageA, Coordinator):
-        with pytest.raises(UnsupportedKind, match="window_histogram, top_k, continual_counts, continual_sums"):
-            cls(cfg.engine_config(), cfg.build_queries(), store)
+def test_every_kind_is_supported_and_only_the_idle_timeout_is_refused():
+    from streamdp.config.kinds import kinds
+    from streamdp.engine.count_halves import SUPPORTED_KINDS, check_staged
+
+    assert sorted(SUPPORTED_KINDS) == sorted(kinds())
     cfg = config("mixed")
+    store = MemoryBudgetStore(budget_vector(cfg.budget))
     conf = cfg.engine_config()
     conf.idle_timeout = 5.0
-    with pytest.raises(ValueError, match="idle_timeout"):
-        StageA(conf, cfg.build_queries(), store)
+    for cls in (StageA, Coordinator):
+        with pytest.raises(ValueError, match="idle_timeout"):
+            cls(conf, cfg.build_queries(), store)
+    q = cfg.build_queries()[0]
+    q.kind = "no_such_kind"
+    with pytest.raises(UnsupportedKind, match="window_histogram, top_k, continual_counts, continual_sums"):
+        check_staged([q])
 
 
 def test_messages_round_trip_compactly_and_refuse_other_versions():
@@ -825,7 +911,19 @@ def test_messages_round_trip_compactly_and_refuse_other_versions():
                                             point_ints=np.array([[1, 2]]))]).to_bytes()
     assert back.queries[2].points.shape == (0, 2) and back.queries[0].points is None
     assert back.to_bytes() == two.to_bytes()
-    assert PartContribution.VERSION == 2
+    assert PartContribution.VERSION == 3
+    # version 3: any number of float columns per point (0: integer-only rows) and a per-query info object
+    qm = QueryPart("m", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.arange(12.0).reshape(4, 3) / 7,
+                   order=np.arange(4, dtype=np.uint64), info={"halted": 2})
+    qr = QueryPart("r", np.zeros(0, np.int64), np.zeros(0, np.int64), points=np.zeros((3, 0)),
+                   order=np.zeros(3, dtype=np.uint64), point_ints=np.array([[4, 0], [1, 0], [2, 1]]))
+    four = PartContribution(seq=2, partition=1, events=3, admitted=2, refused=0, dropped_events=0, items=[],
+                            queries=[qm, qr])
+    back = decode(four.to_bytes())
+    assert back.queries[0].points.tolist() == (np.arange(12.0).reshape(4, 3) / 7).tolist()
+    assert back.queries[0].info == {"halted": 2} and back.queries[1].info is None
+    assert back.queries[1].points.shape == (3, 0) and back.queries[1].point_ints.tolist() == [[4, 0], [1, 0], [2, 1]]
+    assert back.to_bytes() == four.to_bytes()
     m = PartitionMarker(3, 9, 11, True)
     assert decode(m.to_bytes()) == m and len(m.to_bytes()) == 31
     o = WindowOutcome(4, "watermark", True, {"topk": {"n": 2, "pwyg": {"k_star": 9, "used": 2, "calls": 1},

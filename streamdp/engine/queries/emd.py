@@ -140,10 +140,27 @@ def _pairs(w: WindowData) -> tuple[np.ndarray, np.ndarray]:
     return w.item_pairs()
 
 
-def _admitted_featured_pairs(w: WindowData, table, admitted: np.ndarray):
-    """The window's (user, featured-item row) pairs of admitted users: (users, rows, their sorted unique users,
-    each pair's index into those)."""
+def _domain_pairs(w: WindowData, table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The window's (user, item id) pairs in window order whose item is in the domain or not resolvable yet, and
+    their rows (−2: not resolvable yet): what ``prepare`` keeps for the release (``Reservation.private``)."""
     users, item_ids = _pairs(w)
+    if users.size == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    rows = table.rows(item_ids)
+    keep = rows != _OUTSIDE
+    return users[keep], item_ids[keep], rows[keep]
+
+
+def _admitted_featured_pairs(res: Reservation, table, admitted: np.ndarray, w: WindowData | None = None):
+    """The window's (user, featured-item row) pairs of admitted users, in window order (the pairs ``prepare``
+    kept — or, for a reservation made elsewhere, those of ``w`` —, their rows resolved again now that the names are
+    bound): (users, rows, their sorted unique users, each pair's index into those)."""
+    pairs = res.private if res.private is not None else (_domain_pairs(w, table) if w is not None else None)
+    if pairs is None:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z, z
+    users, item_ids, _ = pairs
     rows = table.rows(item_ids) if users.size else np.zeros(0, dtype=np.int64)
     keep = rows >= 0
     if keep.any():
@@ -226,37 +243,54 @@ class EMDLinear(WindowQuery):
         self.items.bind(items)
 
     def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
-        users, item_ids = _pairs(w)
-        if users.size == 0:
-            return Reservation.empty()
-        rows = self.items.rows(item_ids)
-        present = unique_sorted(users[rows != _OUTSIDE])  # featured, or not resolvable yet (worst case: featured)
+        users, item_ids, rows = _domain_pairs(w, self.items)
+        present = unique_sorted(users)  # featured, or not resolvable yet (worst case: featured)
         if present.size == 0:
             return Reservation.empty()
-        return Reservation(present, np.tile(self._cost_fixed, (present.size, 1)))
+        return Reservation(present, np.tile(self._cost_fixed, (present.size, 1)), private=(users, item_ids, rows))
 
-    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
-                items: Names) -> QueryRelease:
-        self.items.bind(items)
-        u, r, uu, inv = _admitted_featured_pairs(w, self.items, admitted)
+    def admitted_means(self, res: Reservation, admitted: np.ndarray, w: WindowData | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Stage A's share: q_f(D_i), the mean of f over each admitted featured user's items (in window order:
+        a function of the user's own events), (n, d), and the users (sorted ids) — their means in that order."""
+        u, r, uu, inv = _admitted_featured_pairs(res, self.items, admitted, w)
         ok, _ = _admitted_reserved(res, uu)  # every featured user was reserved unless the prepare-time table was stale
         if not ok.all():
             sel = ok[inv]
             u, r = u[sel], r[sel]
             uu, inv = np.unique(u, return_inverse=True)
         n = int(uu.size)
-        if n == 0:  # the released shape with nulls: nothing was computed (a stable record shape)
-            mean0 = [None] * self.dim if self.dimensions is None else dict.fromkeys(self.dimensions)
-            return QueryRelease(values={"mean": mean0, "users": 0, "noise_scale": None}, users=uu,
-                                actual=np.zeros((0, N_COMPONENTS), dtype=np.int64), meta={"users": 0})
+        if n == 0:
+            return np.zeros((0, self.dim)), uu
         cnt = np.bincount(inv, minlength=n).astype(np.float64)
         means = np.column_stack([np.bincount(inv, weights=self.f[r, j], minlength=n) for j in range(self.dim)])
         means /= cnt[:, None]
+        return means, uu
+
+    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
+                items: Names) -> QueryRelease:
+        self.items.bind(items)
+        means, uu = self.admitted_means(res, admitted, w)
+        rel = self.release_means(means, rng)
+        n = int(uu.size)
+        return QueryRelease(values=rel.values, users=uu, actual=np.tile(self._cost_fixed, (n, 1)), meta=rel.meta)
+
+    def release_means(self, means: np.ndarray, rng: np.random.Generator) -> QueryRelease:
+        """The coordinator's share: the release from the admitted users' q_f(D_i) of every partition, in any order.
+        The rows are put in ascending lexicographic order first, so the float mean over users is a function of
+        their multiset — not of interned ids (which follow other users' data and differ per worker) nor of
+        partitions. The noise is one draw, independent of the order. Every user's cost is the reservation."""
+        means = np.asarray(means, dtype=np.float64).reshape(-1, self.dim)
+        n = int(means.shape[0])
+        if n == 0:  # the released shape with nulls: nothing was computed (a stable record shape)
+            mean0 = [None] * self.dim if self.dimensions is None else dict.fromkeys(self.dimensions)
+            return QueryRelease(values={"mean": mean0, "users": 0, "noise_scale": None}, meta={"users": 0})
+        means = means[np.lexsort(means.T[::-1])]
         mech = PrivEMDLinear(self.alpha, self.lipschitz, self.dim, model="central", n_users=n)
         noisy = mech.release(rng, means[:, None, :])  # mean over users of q_f(D_i) + L·R·U, ω = 1/(nα)
         mean = noisy.tolist() if self.dimensions is None else dict(zip(self.dimensions, noisy.tolist()))
         values = {"mean": mean, "users": n, "noise_scale": mech.noise_scale}
-        return QueryRelease(values=values, users=uu, actual=np.tile(self._cost_fixed, (n, 1)), meta={"users": n})
+        return QueryRelease(values=values, meta={"users": n})
 
     def state(self) -> dict:
         return {}
@@ -351,12 +385,8 @@ class EMDFrequency(WindowQuery):
         self.items.bind(items)
 
     def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
-        users, item_ids = _pairs(w)
-        if users.size == 0:
-            return Reservation.empty()
-        rows = self.items.rows(item_ids)
-        keep = rows != _OUTSIDE
-        u, unknown = users[keep], rows[keep] == _UNKNOWN
+        u, item_ids, rows = _domain_pairs(w, self.items)
+        unknown = rows == _UNKNOWN
         if u.size == 0:
             return Reservation.empty()
         uu, inv = np.unique(u, return_inverse=True)
@@ -372,12 +402,14 @@ class EMDFrequency(WindowQuery):
         maybe = ~exact & (m_known <= self.max_items)
         costs[maybe] = self._worst[np.minimum(m_known[maybe] + m_unk[maybe], self.max_items)]
         charged = fits | maybe
-        return Reservation(uu[charged], costs[charged])
+        return Reservation(uu[charged], costs[charged], private=(u, item_ids, rows))
 
-    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
-                items: Names) -> QueryRelease:
-        self.items.bind(items)
-        u, r, uu, inv = _admitted_featured_pairs(w, self.items, admitted)
+    def admitted_rows(self, res: Reservation, admitted: np.ndarray, w: WindowData | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Stage A's share: the featured items of the admitted users the release keeps (at most ``max_items``, never
+        charged more than reserved), in window order, as (domain rows, each row's user as an index into the kept
+        users), and the kept users (sorted ids) with their exact costs (Imola et al. (EMD) Thm 4.4 at their m_i)."""
+        u, r, uu, inv = _admitted_featured_pairs(res, self.items, admitted, w)
         m = np.bincount(inv, minlength=uu.size).astype(np.int64)
         ok = m <= self.max_items  # larger multisets are left out (sizes are public: bounded model)
         exact = self._table[np.minimum(m, self.max_items)]
@@ -386,23 +418,38 @@ class EMDFrequency(WindowQuery):
         if not ok.all():
             sel = ok[inv]
             u, r = u[sel], r[sel]
-            exact, m = exact[ok], m[ok]
+            exact = exact[ok]
             uu, inv = np.unique(u, return_inverse=True)
-        n = int(uu.size)
+        return r, inv.reshape(-1).astype(np.int64), uu, exact
+
+    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
+                items: Names) -> QueryRelease:
+        self.items.bind(items)
+        r, index, uu, exact = self.admitted_rows(res, admitted, w)
+        rel = self.release_rows(r, index, int(uu.size), rng)
+        return QueryRelease(values=rel.values, users=uu, actual=exact, meta=rel.meta)
+
+    def release_rows(self, r: np.ndarray, index: np.ndarray, n: int, rng: np.random.Generator) -> QueryRelease:
+        """The coordinator's share: the release from the kept rows of every partition (:meth:`admitted_rows`),
+        concatenated in partition order — which is the window order of the single engine, (partition, offset): the
+        k-RR draws one report per row in turn and the weighted counts add in row order — with ``index`` the rows'
+        users numbered 0 … n − 1 over all partitions (a user's rows are all on their partition)."""
+        r = np.asarray(r, dtype=np.int64)
+        index = np.asarray(index, dtype=np.int64)
         if n == 0:  # the released shape with nulls (a stable record shape)
             values = {"frequencies": dict.fromkeys(self.items.names), "clusters": dict.fromkeys(self.cluster_names),
                       "users": 0}
-            return QueryRelease(values=values, users=uu, actual=np.zeros((0, N_COMPONENTS), dtype=np.int64),
-                                meta={"users": 0})
+            return QueryRelease(values=values, meta={"users": 0})
+        m = np.bincount(index, minlength=n).astype(np.int64)
         y = self.krr.randomize(rng, r)  # every item independently, α0-d_X-DP (clustered k-RR)
-        weights = 1.0 / (n * m[inv])  # user-weighted: each user's reports sum to 1/n
+        weights = 1.0 / (n * m[index])  # user-weighted: each user's reports sum to 1/n
         v = np.bincount(y, weights=weights, minlength=self.krr.k)
         h_raw = apply_clustered_inverse(v, self.c, self.g, self.gamma, self.alpha0)  # unbiased for h̄
         h = project_to_simplex(h_raw)
         freqs = dict(zip(self.items.names, h.tolist()))
         by_cluster = dict(zip(self.cluster_names, h.reshape(self.c, self.g).sum(axis=1).tolist()))
         values = {"frequencies": freqs, "clusters": by_cluster, "users": n}
-        return QueryRelease(values=values, users=uu, actual=exact, meta={"users": n})
+        return QueryRelease(values=values, meta={"users": n})
 
     def state(self) -> dict:
         return {}

@@ -21,11 +21,20 @@ Neighbours (``neighbours``):
   bounded estimators of the IoT-means paper, which protect values only and publish presence; charged in a
   separate notion, never in ``zcdp`` (see that module).
 
-Determinism: a cell's samples are ordered by (user, event time, value), and samples tied in event time are then
-put in a uniformly random order (the engine's generator), before clipping keeps a user's first min(m_ℓ, m_UB)
-values — the earliest ones, a random subset of a tied burst; the cells are processed in the order of their keys
-((ix, iy) numerically; item names lexicographically), so the noise drawn for a cell does not depend on the
-interning of item names.
+Determinism: a cell's samples are ordered by (user order key, event time, value), and samples tied in event time
+are then put in a uniformly random order (the engine's generator), before clipping keeps a user's first
+min(m_ℓ, m_UB) values — the earliest ones, a random subset of a tied burst; the cells are processed in the order of
+their keys ((ix, iy) numerically; item names lexicographically), so the noise drawn for a cell does not depend on the
+interning of item names. A user's order key is the keyed hash of (query, window, user name) under the bounding key
+Kb (:func:`streamdp.engine.stage_a.user_order_key`), not their interned id: ids follow other users' data and differ
+between the single engine and a stage A's partition-local tables, and the users' order decides which random number
+breaks which tie (and, for the bounded estimators, the users' order within a cell: array averaging groups users in
+order; the float mean sums in order). Rows of users with equal keys (probability ~ n²/2⁶⁵) are one user's rows
+to the release (clipping then keeps at most m_UB values of the two together: never more per user than alone).
+
+Split (docs/DECISIONS.md, "Scale-out: stage A admits"): :meth:`CellQuery.admitted_rows` is stage A's share — the
+admitted users' usable rows (order key, cell, value, time), no id — and ``release_rows`` the coordinator's, from
+the rows of every partition in any order; :meth:`release` is the two in one process.
 """
 
 from __future__ import annotations
@@ -58,13 +67,15 @@ class Prepared:
     value: np.ndarray  # float64 (unclipped)
     ts: np.ndarray  # float64
     table: np.ndarray  # grid: int64 (n_cells, 2) sorted rows (ix, iy); item: int64 item ids (sorted)
+    okey: np.ndarray  # uint64 per usable event: its user's order key (module docstring)
 
 
 @dataclass
 class Ordered:
-    """Admitted samples in canonical order: by cell rank, user, event time (ties random), value."""
+    """Admitted samples in canonical order: by cell rank, user order key, event time (ties random), value."""
 
-    user: np.ndarray
+    okey: np.ndarray  # the row's user's order key (a user's rows are the rows of one key)
+    sel: np.ndarray  # each ordered sample's index in the rows given
     rank: np.ndarray  # the cell's rank in key order
     value: np.ndarray
     pair_start: np.ndarray  # index of each (cell, user) run's first sample
@@ -137,17 +148,46 @@ class CellQuery(WindowQuery):
         starts = np.flatnonzero(new)
         return cs[starts], us[starts], np.diff(np.append(starts, cs.size))
 
-    def _prepared(self, w: WindowData) -> Prepared | None:
+    def _prepared(self, w: WindowData, draws) -> Prepared | None:
+        """The usable rows; ``draws`` (the close's :class:`~streamdp.engine.stage_a.BoundingDraws` for this query)
+        gives each of their users an order key."""
+        order_keys = getattr(draws, "user_order_keys", None)
+        if order_keys is None:
+            raise TypeError(f"{self.kind} {self.id}: prepare needs the close's BoundingDraws (its user order keys), "
+                            f"got {type(draws).__name__}")
         usable = self._usable(w)
         if usable is None:
             return None
         rows, cell, table = usable
-        return Prepared(user=w.user_ids[rows], cell=cell, value=w.value[rows], ts=w.ts[rows], table=table)
+        user = w.user_ids[rows]
+        uu, inv = np.unique(user, return_inverse=True)
+        okey = order_keys(uu)[inv.reshape(-1)]
+        return Prepared(user=user, cell=cell, value=w.value[rows], ts=w.ts[rows], table=table, okey=okey)
 
-    def _ordered(self, p: Prepared, keep: np.ndarray, rng: np.random.Generator, items: Names) -> Ordered:
-        """The kept rows of ``p`` in canonical order (module docstring), with their (cell, user) runs."""
-        user, cell, value, ts = p.user[keep], p.cell[keep], p.value[keep], p.ts[keep]
-        keys = self._cell_keys(p.table, items)
+    def admitted_rows(self, p: Prepared | None, keep: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Stage A's share: the kept rows of ``p`` (``keep``: a mask over them; None: all) as (order keys uint64,
+        cells — grid: int64 (n, 2) indices (ix, iy); item: int64 item ids —, values, event times), no user id."""
+        if p is None:
+            return (np.zeros(0, dtype=np.uint64), np.zeros((0, 2) if self.cells == "grid" else 0, dtype=np.int64),
+                    np.zeros(0), np.zeros(0))
+        if keep is None:
+            keep = np.ones(p.user.size, dtype=bool)
+        return p.okey[keep], p.table[p.cell[keep]], p.value[keep], p.ts[keep]
+
+    def _ordered(self, okey: np.ndarray, cells: np.ndarray, value: np.ndarray, ts: np.ndarray,
+                 rng: np.random.Generator, items: Names) -> Ordered | None:
+        """Rows (as :meth:`admitted_rows` gives them, from any number of partitions, in any order) in canonical
+        order (module docstring), with their (cell, user) runs; None without rows."""
+        if okey.size == 0:
+            return None
+        if self.cells == "grid":
+            table, cell = np.unique(np.asarray(cells, dtype=np.int64).reshape(-1, 2), axis=0, return_inverse=True)
+        else:
+            table, cell = np.unique(np.asarray(cells, dtype=np.int64), return_inverse=True)
+        cell = cell.reshape(-1).astype(np.int64)
+        user = np.asarray(okey, dtype=np.uint64)
+        keys = self._cell_keys(table, items)
         if self.cells == "grid":
             rank = np.arange(len(keys), dtype=np.int64)  # np.unique already sorted the (ix, iy) rows
         else:
@@ -169,8 +209,8 @@ class CellQuery(WindowQuery):
         by_rank = [""] * len(keys)
         for k, r in zip(keys, rank.tolist()):
             by_rank[r] = k
-        return Ordered(user=user, rank=crank, value=value, pair_start=pair_start, pair_count=pair_count,
-                       keys=by_rank)
+        return Ordered(okey=user, sel=order, rank=crank, value=value, pair_start=pair_start,
+                       pair_count=pair_count, keys=by_rank)
 
     def _describe_cells(self) -> dict:
         d: dict = {"cells": self.cells}
@@ -263,8 +303,9 @@ class GridMeans(CellQuery):
         return np.array([n in listed for n in self._items.names(p.table)], dtype=bool)
 
     # ------------------------------------------------------------------------------------------ engine steps
-    def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
-        p = self._prepared(w)
+    def prepare(self, w: WindowData, rng) -> Reservation:
+        """``rng``: the close's BoundingDraws for this query (order keys, :meth:`CellQuery._prepared`)."""
+        p = self._prepared(w, rng)
         if p is None:
             return Reservation.empty()
         if self.cell_selection == "listed":
@@ -272,7 +313,8 @@ class GridMeans(CellQuery):
             if not on.any():
                 return Reservation.empty()
             if not on.all():
-                p = Prepared(user=p.user[on], cell=p.cell[on], value=p.value[on], ts=p.ts[on], table=p.table)
+                p = Prepared(user=p.user[on], cell=p.cell[on], value=p.value[on], ts=p.ts[on], table=p.table,
+                             okey=p.okey[on])
         # per (cell, user): a = min(m, m_UB) kept values; cost row a of the table (ρ·a²/m_UB², δ_cell)
         _, pair_user, pair_m = self._pairs(p.cell, p.user)
         rows = self._cost_table[np.minimum(pair_m, self.m_ub)]
@@ -285,15 +327,18 @@ class GridMeans(CellQuery):
     def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
                 items: Names) -> QueryRelease:
         p: Prepared | None = res.private
+        keep = admitted[p.user] if p is not None else None  # halted users' data never reaches the mechanism
+        return self.release_rows(*self.admitted_rows(p, keep), rng, items)
+
+    def release_rows(self, okey: np.ndarray, cells: np.ndarray, value: np.ndarray, ts: np.ndarray,
+                     rng: np.random.Generator, items: Names) -> QueryRelease:
+        """The coordinator's share: the release from the admitted rows (:meth:`CellQuery.admitted_rows`) of every
+        partition, in any order. Every admitted user's cost is their reservation (nothing to settle)."""
         mech = self.mechanism
-        if p is not None:
-            keep = admitted[p.user]  # halted users' data never reaches the mechanism
-            o = self._ordered(p, keep, rng, items) if keep.any() else None
-        else:
-            o = None
+        o = self._ordered(okey, cells, value, ts, rng, items)
         if o is not None:
             # clipping: the first min(m_ℓ, m_UB) values of each (cell, user) run
-            pos = np.arange(o.user.size) - np.repeat(o.pair_start, o.pair_count)
+            pos = np.arange(o.okey.size) - np.repeat(o.pair_start, o.pair_count)
             kept = pos < self.m_ub
             c = mech.quantize(o.value[kept])
             r = o.rank[kept]

@@ -146,8 +146,9 @@ class BoundedGridMeans(CellQuery):
         return bool(self._halted[user_id]) if 0 <= user_id < self._halted.size else False
 
     # ------------------------------------------------------------------------------------------ engine steps
-    def prepare(self, w: WindowData, rng: np.random.Generator) -> Reservation:
-        p = self._prepared(w)
+    def prepare(self, w: WindowData, rng) -> Reservation:
+        """``rng``: the close's BoundingDraws for this query (order keys, :meth:`CellQuery._prepared`)."""
+        p = self._prepared(w, rng)
         if p is None:
             return Reservation.empty()
         _, pair_user, _ = self._pairs(p.cell, p.user)
@@ -158,36 +159,62 @@ class BoundedGridMeans(CellQuery):
         # nothing is reserved in the store (zcdp): the cost is in this query's own notion
         return Reservation(users=users, costs=np.zeros((users.size, N_COMPONENTS), dtype=np.int64), private=(p, local))
 
-    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
-                items: Names) -> QueryRelease:
-        empty_meta = {"selected": 0, "suppressed": 0, "halted_bounded": 0}
+    def local_filter(self, res: Reservation, admitted: np.ndarray) -> tuple[np.ndarray | None, int]:
+        """The local filter (per-user filter of the bounded notion) over the window's users with values: admitted
+        by the store, not halted here, and spent + reservation ≤ budget; a user who does not fit is halted for this
+        query, for good. (mask over the prepared rows of the users that pass — None without rows —, the number of
+        users halted now). A function of each user's own spend and data: stage A applies it to its partition."""
         if res.private is None:
-            return QueryRelease(values={"cells": {}}, meta=empty_meta)
+            return None, 0
         p, local = res.private
         self._grow(int(res.users.max()) + 1)
-        # the local filter (per-user filter of the bounded notion): not halted here or in the store, and
-        # spent + reservation ≤ budget; a user who does not fit is halted for this query, for good
         u = res.users
         ok = admitted[u] & ~self._halted[u]
         fits = self._spent[u] + local <= self.budget_fixed
         newly = ok & ~fits
         self._halted[u[newly]] = True
-        local_ok = np.zeros(admitted.size, dtype=bool)
+        local_ok = np.zeros(max(admitted.size, int(u.max()) + 1), dtype=bool)
         local_ok[u[ok & fits]] = True
-        keep = local_ok[p.user]
-        meta = dict(empty_meta, halted_bounded=int(newly.sum()))
-        n_cells_with_data = int(np.unique(p.cell[keep]).size)
-        if not keep.any():
-            meta["suppressed"] = n_cells_with_data
-            return QueryRelease(values={"cells": {}}, meta=meta)
-        o = self._ordered(p, keep, rng, items)
-        pair_rank, pair_user = o.rank[o.pair_start], o.user[o.pair_start]
+        return local_ok[p.user], int(newly.sum())
+
+    def charge_released(self, users: np.ndarray, cells: np.ndarray, released: np.ndarray) -> None:
+        """The actual cost in the bounded notion: ρ_cell per released cell per user (≤ the reservation).
+        ``users``, ``cells`` (any integer cell code) and ``released``: per kept row."""
+        if not released.any():
+            return
+        u, c = users[released], cells[released]
+        pairs = np.unique(np.column_stack([u, c]), axis=0)
+        uu, cnt = np.unique(pairs[:, 0], return_counts=True)
+        self._grow(int(uu.max()) + 1)
+        self._spent[uu] += cnt.astype(np.int64) * self.cell_rho_fixed
+
+    def release(self, w: WindowData, res: Reservation, admitted: np.ndarray, rng: np.random.Generator,
+                items: Names) -> QueryRelease:
+        keep, halted = self.local_filter(res, admitted)
+        p = res.private[0] if res.private is not None else None
+        rel, released = self.release_rows(*self.admitted_rows(p, keep), rng, items, halted)
+        if p is not None and keep.any():
+            self.charge_released(p.user[keep], p.cell[keep], released)
+        return rel
+
+    def release_rows(self, okey: np.ndarray, cells: np.ndarray, value: np.ndarray, ts: np.ndarray,
+                     rng: np.random.Generator, items: Names, halted: int = 0) -> tuple[QueryRelease, np.ndarray]:
+        """The coordinator's share: the release from the rows that passed the local filter
+        (:meth:`CellQuery.admitted_rows`) of every partition, in any order, and ``halted`` the users the filter
+        halted in this window (a count, for the meta). (release, per row: is its cell released — each of the
+        row's user's released cells costs them ρ_cell, :meth:`charge_released`)."""
+        meta = {"selected": 0, "suppressed": 0, "halted_bounded": int(halted)}
+        released_rows = np.zeros(okey.size, dtype=bool)
+        o = self._ordered(okey, cells, value, ts, rng, items)
+        if o is None:
+            return QueryRelease(values={"cells": {}}, meta=meta), released_rows
+        pair_rank, pair_key = o.rank[o.pair_start], o.okey[o.pair_start]
         users_per_cell = np.bincount(pair_rank, minlength=len(o.keys))
         released = users_per_cell >= self.min_users  # locally admitted users only
         cell_new = np.ones(pair_rank.size, dtype=bool)
         cell_new[1:] = pair_rank[1:] != pair_rank[:-1]
         cell_pair_start = np.append(np.flatnonzero(cell_new), pair_rank.size)
-        sample_start = np.append(o.pair_start, o.user.size)
+        sample_start = np.append(o.pair_start, o.okey.size)
         out: dict[str, dict[str, Any]] = {}
         for j in range(cell_pair_start.size - 1):
             a, b = int(cell_pair_start[j]), int(cell_pair_start[j + 1])
@@ -196,17 +223,13 @@ class BoundedGridMeans(CellQuery):
                 continue
             s0, s1 = int(sample_start[a]), int(sample_start[b])
             gv = GridValues.from_concatenated(o.value[s0:s1], o.pair_count[a:b], self.upper,
-                                              user_ids=pair_user[a:b].tolist())
+                                              user_ids=pair_key[a:b].tolist())
             r = self.estimator.release(gv, rng)  # ε-DP under bounded neighbours; ρ_cell per user in gv
             out[o.keys[c]] = self._cell_value(r, gv)
-        # actual cost in the bounded notion: ρ_cell per released cell per user (≤ the reservation)
-        rel_users = pair_user[released[pair_rank]]
-        if rel_users.size:
-            uu, cnt = np.unique(rel_users, return_counts=True)
-            self._spent[uu] += cnt.astype(np.int64) * self.cell_rho_fixed
+        released_rows[o.sel] = released[o.rank]
         meta["selected"] = len(out)
-        meta["suppressed"] = n_cells_with_data - len(out)
-        return QueryRelease(values={"cells": out}, meta=meta)
+        meta["suppressed"] = int(np.count_nonzero(users_per_cell)) - len(out)
+        return QueryRelease(values={"cells": out}, meta=meta), released_rows
 
     def _cell_value(self, r, gv: GridValues) -> dict[str, Any]:
         d: dict[str, Any] = {"mean": float(r.value), "estimator": r.estimator}
