@@ -33,8 +33,9 @@ def register(sub) -> None:
                    help="all: one worker does everything (default); the staged topology (deploy/OPERATIONS.md, Scale-out): ingest = "
                         "stage A, any number, parse/validate/dead-letter and forward to the internal topic; "
                         "coordinator = stage C, one active (others standby), windows/filter/mechanisms/releases. "
-                        "With [kafka] stage_a = \"admit\" (count kinds only): ingest also windows, bounds and admits "
-                        "(it needs --store) and sends per-item counts; the coordinator releases from them")
+                        "With [kafka] stage_a = \"admit\": ingest also windows, bounds and admits (it needs --store) "
+                        "and sends what each query needs (per-item counts, per-key sums, admitted users' bounded "
+                        "values); the coordinator releases from them")
     p.add_argument("--bootstrap", type=nonempty,
                    help="Kafka bootstrap servers HOST:PORT[,…] (overrides kafka.bootstrap)")
     p.add_argument("--store", type=nonempty,

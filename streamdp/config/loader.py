@@ -155,8 +155,8 @@ KAFKA_PARAMS = (
     Param("internal_prefix", "str", "prefix of the staged topology's internal topics (<prefix>parsed; with "
           "stage_a = \"admit\": <prefix>parts, <prefix>outcomes)", default="streamdp.internal."),
     Param("stage_a", "str", "what the ingest workers of the staged topology do: forward (parse and forward events "
-          "to the coordinator) or admit (window, bound and admit through the filter, forward per-item counts; the "
-          "count kinds only)", default="forward", choices=("forward", "admit")),
+          "to the coordinator) or admit (window, bound and admit through the filter, send the "
+          "coordinator what each kind needs: per-item counts, per-key sums, admitted users' bounded values)", default="forward", choices=("forward", "admit")),
     Param("group_id", "str", "consumer group", default="streamdp"),
     Param("partitions", "int", "partitions of the internal/output topics created at start", default=4, min=1),
     Param("security_protocol", "str", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", default="PLAINTEXT",
