@@ -21,6 +21,7 @@ from streamdp.config.loader import load_config, parse_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEPLOY = os.path.join(ROOT, "deploy")
+BASE = os.path.join(DEPLOY, "base")  # the base manifests; deploy/ itself, deploy/staged and deploy/split build on it
 
 
 def _yaml(path: str) -> list[dict]:
@@ -46,9 +47,9 @@ def compose() -> dict:
 @pytest.fixture(scope="module")
 def k8s() -> dict:
     docs = {}
-    for name in sorted(os.listdir(DEPLOY)):
+    for name in sorted(os.listdir(BASE)):
         if name.endswith(".yaml") and name != "kustomization.yaml":
-            for d in _yaml(os.path.join("deploy", name)):
+            for d in _yaml(os.path.join("deploy", "base", name)):
                 docs[(d["kind"], d["metadata"]["name"])] = d
     return docs
 
@@ -139,9 +140,55 @@ def test_k8s_worker_deployment_and_metrics_service(k8s):
 
 
 def test_kustomization_lists_every_manifest():
-    (k,) = _yaml("deploy/kustomization.yaml")
-    files = {n for n in os.listdir(DEPLOY) if n.endswith(".yaml") and n != "kustomization.yaml"}
+    (k,) = _yaml("deploy/base/kustomization.yaml")
+    files = {n for n in os.listdir(BASE) if n.endswith(".yaml") and n != "kustomization.yaml"}
     assert set(k["resources"]) == files
+    (top,) = _yaml("deploy/kustomization.yaml")
+    assert top["resources"] == ["base"]  # `kubectl apply -k deploy/` = the base as it is
+    assert not {n for n in os.listdir(DEPLOY) if n.endswith(".yaml") and n != "kustomization.yaml"}
+
+
+def _overlays() -> list[str]:
+    return sorted(d for d in os.listdir(DEPLOY) if os.path.exists(os.path.join(DEPLOY, d, "kustomization.yaml"))
+                  and d != "base")
+
+
+def test_no_kustomization_builds_on_a_directory_that_contains_it():
+    """kustomize refuses a base that contains its overlay ("cycle detected": deploy/staged built on ../ could not be
+    applied); every resource or patch an overlay names exists, under its own directory or in a sibling."""
+    assert {"staged", "split"} <= set(_overlays())
+    for name in ["", "base"] + _overlays():
+        root = os.path.join(DEPLOY, name)
+        (kz,) = _yaml(os.path.relpath(os.path.join(root, "kustomization.yaml"), ROOT))
+        for ref in kz.get("resources", []) + [p["path"] for p in kz.get("patches", [])]:
+            target = os.path.normpath(os.path.join(root, ref))
+            assert os.path.exists(target), (name, ref)
+            if os.path.isdir(target):
+                assert not (os.path.normpath(root) + os.sep).startswith(target + os.sep), (name, ref)
+                assert os.path.exists(os.path.join(target, "kustomization.yaml")), (name, ref)
+
+
+@pytest.mark.parametrize("overlay", ["", "staged", "split"])
+def test_kubectl_kustomize_builds(overlay):
+    """Where kubectl is installed, the kustomizations build (kubectl's own kustomize: patches that match nothing, a
+    cycle, a missing file fail here)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl not installed")
+    out = subprocess.run(["kubectl", "kustomize", os.path.join(DEPLOY, overlay)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}
+    assert ("Deployment", "streamdp-worker") in docs and ("ConfigMap", "streamdp-config") in docs
+    args = docs[("Deployment", "streamdp-worker")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    role = build_parser().parse_args(args).role
+    assert role == {"": "all", "staged": "coordinator", "split": "coordinator"}[overlay]
+    cfg = parse_config(tomllib.loads(docs[("ConfigMap", "streamdp-config")]["data"]["streamdp.toml"]),
+                       log_warnings=False)
+    assert cfg.kafka["stage_a"] == ("admit" if overlay == "split" else "forward")
+    assert (("Deployment", "streamdp-ingest") in docs) == bool(overlay)
 
 
 def test_dockerfile_installs_the_kafka_extra_and_runs_streamdp():
@@ -178,7 +225,7 @@ def _staged_ingest() -> dict:
 
 def test_k8s_staged_overlay(k8s):
     (kz,) = _yaml("deploy/staged/kustomization.yaml")
-    assert "../" in kz["resources"] and "ingest-deployment.yaml" in kz["resources"]
+    assert "../base" in kz["resources"] and "ingest-deployment.yaml" in kz["resources"]
     (patch,) = kz["patches"]
     assert patch["target"] == {"kind": "Deployment", "name": "streamdp-worker"} and ("Deployment", "streamdp-worker") in k8s
     (ops,) = _yaml(os.path.join("deploy", "staged", patch["path"]))
@@ -291,7 +338,7 @@ def test_every_deployment_that_serves_metrics_beyond_loopback_sets_metrics_host_
 
 
 def test_networkpolicy_admits_only_monitoring_to_the_metrics_port(k8s):
-    """deploy/networkpolicy.yaml: the pods that serve the metrics accept ingress on the metrics port only, from
+    """deploy/base/networkpolicy.yaml: the pods that serve the metrics accept ingress on the metrics port only, from
     labelled monitoring pods only (the metrics carry private counts: OPERATIONS.md, "Who may read what")."""
     spec = k8s[("NetworkPolicy", "streamdp-metrics")]["spec"]
     assert "Ingress" in spec["policyTypes"]
@@ -348,7 +395,7 @@ def test_images_are_versioned_never_latest(compose, k8s):
             assert tag and tag != "latest" and "/" not in tag, (name, c["image"])
             if repo == "streamdp":
                 assert tag == version, (name, c["image"])  # the image built from this tree
-    (kz,) = _yaml("deploy/kustomization.yaml")
+    (kz,) = _yaml("deploy/base/kustomization.yaml")
     assert {"name": "streamdp", "newTag": version} in kz["images"]
     for name, svc in compose["services"].items():
         if "image" in svc:
