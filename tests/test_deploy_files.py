@@ -21,6 +21,7 @@ from streamdp.config.loader import load_config, parse_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEPLOY = os.path.join(ROOT, "deploy")
+BASE = os.path.join(DEPLOY, "base")  # the base manifests; deploy/ itself, deploy/staged and deploy/split build on it
 
 
 def _yaml(path: str) -> list[dict]:
@@ -46,9 +47,9 @@ def compose() -> dict:
 @pytest.fixture(scope="module")
 def k8s() -> dict:
     docs = {}
-    for name in sorted(os.listdir(DEPLOY)):
+    for name in sorted(os.listdir(BASE)):
         if name.endswith(".yaml") and name != "kustomization.yaml":
-            for d in _yaml(os.path.join("deploy", name)):
+            for d in _yaml(os.path.join("deploy", "base", name)):
                 docs[(d["kind"], d["metadata"]["name"])] = d
     return docs
 
@@ -139,9 +140,55 @@ def test_k8s_worker_deployment_and_metrics_service(k8s):
 
 
 def test_kustomization_lists_every_manifest():
-    (k,) = _yaml("deploy/kustomization.yaml")
-    files = {n for n in os.listdir(DEPLOY) if n.endswith(".yaml") and n != "kustomization.yaml"}
+    (k,) = _yaml("deploy/base/kustomization.yaml")
+    files = {n for n in os.listdir(BASE) if n.endswith(".yaml") and n != "kustomization.yaml"}
     assert set(k["resources"]) == files
+    (top,) = _yaml("deploy/kustomization.yaml")
+    assert top["resources"] == ["base"]  # `kubectl apply -k deploy/` = the base as it is
+    assert not {n for n in os.listdir(DEPLOY) if n.endswith(".yaml") and n != "kustomization.yaml"}
+
+
+def _overlays() -> list[str]:
+    return sorted(d for d in os.listdir(DEPLOY) if os.path.exists(os.path.join(DEPLOY, d, "kustomization.yaml"))
+                  and d != "base")
+
+
+def test_no_kustomization_builds_on_a_directory_that_contains_it():
+    """kustomize refuses a base that contains its overlay ("cycle detected": deploy/staged built on ../ could not be
+    applied); every resource or patch an overlay names exists, under its own directory or in a sibling."""
+    assert {"staged", "split"} <= set(_overlays())
+    for name in ["", "base"] + _overlays():
+        root = os.path.join(DEPLOY, name)
+        (kz,) = _yaml(os.path.relpath(os.path.join(root, "kustomization.yaml"), ROOT))
+        for ref in kz.get("resources", []) + [p["path"] for p in kz.get("patches", [])]:
+            target = os.path.normpath(os.path.join(root, ref))
+            assert os.path.exists(target), (name, ref)
+            if os.path.isdir(target):
+                assert not (os.path.normpath(root) + os.sep).startswith(target + os.sep), (name, ref)
+                assert os.path.exists(os.path.join(target, "kustomization.yaml")), (name, ref)
+
+
+@pytest.mark.parametrize("overlay", ["", "staged", "split"])
+def test_kubectl_kustomize_builds(overlay):
+    """Where kubectl is installed, the kustomizations build (kubectl's own kustomize: patches that match nothing, a
+    cycle, a missing file fail here)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl not installed")
+    out = subprocess.run(["kubectl", "kustomize", os.path.join(DEPLOY, overlay)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}
+    assert ("Deployment", "streamdp-worker") in docs and ("ConfigMap", "streamdp-config") in docs
+    args = docs[("Deployment", "streamdp-worker")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    role = build_parser().parse_args(args).role
+    assert role == {"": "all", "staged": "coordinator", "split": "coordinator"}[overlay]
+    cfg = parse_config(tomllib.loads(docs[("ConfigMap", "streamdp-config")]["data"]["streamdp.toml"]),
+                       log_warnings=False)
+    assert cfg.kafka["stage_a"] == ("admit" if overlay == "split" else "forward")
+    assert (("Deployment", "streamdp-ingest") in docs) == bool(overlay)
 
 
 def test_dockerfile_installs_the_kafka_extra_and_runs_streamdp():
@@ -178,7 +225,7 @@ def _staged_ingest() -> dict:
 
 def test_k8s_staged_overlay(k8s):
     (kz,) = _yaml("deploy/staged/kustomization.yaml")
-    assert "../" in kz["resources"] and "ingest-deployment.yaml" in kz["resources"]
+    assert "../base" in kz["resources"] and "ingest-deployment.yaml" in kz["resources"]
     (patch,) = kz["patches"]
     assert patch["target"] == {"kind": "Deployment", "name": "streamdp-worker"} and ("Deployment", "streamdp-worker") in k8s
     (ops,) = _yaml(os.path.join("deploy", "staged", patch["path"]))
@@ -232,12 +279,18 @@ def _k8s_metrics_containers(k8s) -> dict[str, tuple[dict, list[str], dict, dict]
     ing = _staged_ingest()
     (ic,) = ing["spec"]["template"]["spec"]["containers"]
     out["staged ingest"] = (ing["spec"]["template"]["metadata"]["labels"], ic["args"], ic)
+    (ops,) = _yaml(os.path.join("deploy", "split", "coordinator-patch.yaml"))
+    out["split coordinator"] = (labels, ops[0]["value"], c)
+    sing = _split_ingest()
+    (sc,) = sing["spec"]["template"]["spec"]["containers"]
+    out["split ingest"] = (sing["spec"]["template"]["metadata"]["labels"], sc["args"], sc)
     result = {}
     for name, (labels, args, container) in out.items():
         run = build_parser().parse_args(args)
         mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
         assert os.path.dirname(run.config) == mount["mountPath"], name
-        raw = tomllib.loads(cm["data"][os.path.basename(run.config)])
+        data = (_split_configmap() if name.startswith("split") else cm)["data"]  # the split overlay replaces it
+        raw = tomllib.loads(data[os.path.basename(run.config)])
         result[name] = (labels, args, raw, container)
     return result
 
@@ -286,12 +339,13 @@ def test_every_deployment_that_serves_metrics_beyond_loopback_sets_metrics_host_
         if declared or not _loopback(host):
             assert explicit and not _loopback(host), (name, host)
         checked.append(f"k8s {name}")
-    assert {"compose worker", "compose coordinator", "compose ingest", "k8s worker", "k8s staged coordinator",
-            "k8s staged ingest"} <= set(checked)
+    assert {"compose worker", "compose coordinator", "compose ingest", "compose split-ingest",
+            "compose split-coordinator", "k8s worker", "k8s staged coordinator", "k8s staged ingest",
+            "k8s split coordinator", "k8s split ingest"} <= set(checked)
 
 
 def test_networkpolicy_admits_only_monitoring_to_the_metrics_port(k8s):
-    """deploy/networkpolicy.yaml: the pods that serve the metrics accept ingress on the metrics port only, from
+    """deploy/base/networkpolicy.yaml: the pods that serve the metrics accept ingress on the metrics port only, from
     labelled monitoring pods only (the metrics carry private counts: OPERATIONS.md, "Who may read what")."""
     spec = k8s[("NetworkPolicy", "streamdp-metrics")]["spec"]
     assert "Ingress" in spec["policyTypes"]
@@ -337,6 +391,7 @@ def _pod_specs(k8s) -> dict[str, dict]:
     out = {f"{kind} {name}": d["spec"]["template"]["spec"] for (kind, name), d in k8s.items()
            if kind in ("Deployment", "Job")}
     out["Deployment streamdp-ingest (staged)"] = _staged_ingest()["spec"]["template"]["spec"]
+    out["Deployment streamdp-ingest (split)"] = _split_ingest()["spec"]["template"]["spec"]
     return out
 
 
@@ -348,7 +403,7 @@ def test_images_are_versioned_never_latest(compose, k8s):
             assert tag and tag != "latest" and "/" not in tag, (name, c["image"])
             if repo == "streamdp":
                 assert tag == version, (name, c["image"])  # the image built from this tree
-    (kz,) = _yaml("deploy/kustomization.yaml")
+    (kz,) = _yaml("deploy/base/kustomization.yaml")
     assert {"name": "streamdp", "newTag": version} in kz["images"]
     for name, svc in compose["services"].items():
         if "image" in svc:
@@ -400,9 +455,10 @@ def test_owner_and_standby_survive_a_drain_on_different_nodes(k8s):
     terms = [t.get("podAffinityTerm", t) for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])
              + anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])]
     assert any(t["topologyKey"] == "kubernetes.io/hostname" and _selects(t["labelSelector"], labels) for t in terms)
-    staged = {d["kind"]: d for d in _yaml("deploy/staged/ingest-deployment.yaml")}
-    assert _selects(staged["PodDisruptionBudget"]["spec"]["selector"],
-                    staged["Deployment"]["spec"]["template"]["metadata"]["labels"])
+    for overlay in ("staged", "split"):
+        docs = {d["kind"]: d for d in _yaml(f"deploy/{overlay}/ingest-deployment.yaml")}
+        assert _selects(docs["PodDisruptionBudget"]["spec"]["selector"],
+                        docs["Deployment"]["spec"]["template"]["metadata"]["labels"]), overlay
 
 
 def test_probes_use_readiness_and_every_metrics_pod_is_scraped(k8s):
@@ -413,7 +469,7 @@ def test_probes_use_readiness_and_every_metrics_pod_is_scraped(k8s):
         port, _host, _explicit = _metrics_bind(args, raw)
         assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}, name
         assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}, name
-    for dep in (k8s[("Deployment", "streamdp-worker")], _staged_ingest()):
+    for dep in (k8s[("Deployment", "streamdp-worker")], _staged_ingest(), _split_ingest()):
         ann = dep["spec"]["template"]["metadata"]["annotations"]
         port = dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
         assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == str(port)
@@ -444,3 +500,167 @@ def test_compose_recipes_do_not_scale_away_a_dependency(compose):
     for name, svc in compose["services"].items():
         deps = svc.get("depends_on") or {}
         assert not zero & set(deps), (name, deps)
+
+
+# ---- the split topology ([kafka] stage_a = "admit", issue 29 item 7): compose profile `split`, overlay deploy/split ----
+
+def _split_topics(cfg) -> dict[str, int | None]:
+    """topic → partitions (None: the input's, which the base creates) of every topic the split deployment uses."""
+    from streamdp.adapters.kafka.topics import outcomes_topic, parts_topic
+
+    n = cfg.kafka["partitions"]
+    out = {t: 1 for t in service_topics(cfg.kafka, [t["id"] for t in cfg.query_tables])}
+    out.update({cfg.kafka["dead_letter_topic"]: n, parts_topic(cfg.kafka): n, outcomes_topic(cfg.kafka): 1})
+    return out
+
+
+def _created_with_partitions(script: str) -> dict[str, int]:
+    return {t: int(p) for p, t in re.findall(r"--partitions (\d+) --topic (\S+)", script)}
+
+
+def test_split_config_is_a_deployment_of_its_own():
+    """deploy/streamdp-split.toml loads with stage_a = "admit" (the loader refuses a kind the split does not take,
+    and idle_timeout); it is NOT the compose worker's deployment switched (the shapes refuse each other's
+    checkpoint): its own group, internal topics, dead-letter topic and query ids, the same input."""
+    cfg = load_config(os.path.join(DEPLOY, "streamdp-split.toml"))
+    ref = load_config(os.path.join(DEPLOY, "streamdp.toml"))
+    assert cfg.kafka["stage_a"] == "admit" and ref.kafka["stage_a"] == "forward"
+    assert cfg.service["idle_timeout"] is None
+    assert cfg.kafka["input_topic"] == ref.kafka["input_topic"]
+    for k in ("group_id", "internal_prefix", "dead_letter_topic"):
+        assert cfg.kafka[k] != ref.kafka[k], k
+    assert not {t["id"] for t in cfg.query_tables} & {t["id"] for t in ref.query_tables}  # release log: exit 7
+    assert not set(_split_topics(cfg)) & _all_topics(ref)
+    # no `store`: the URL comes from $STREAMDP_STORE / $STREAMDP_STORE_FILE (which the config's `store` would shadow)
+    assert cfg.store is None
+
+
+def test_compose_split_profile(compose):
+    from streamdp.filter.redis_setup import SCHEMES
+
+    s = compose["services"]
+    parser = build_parser()
+    cfg = load_config(os.path.join(DEPLOY, "streamdp-split.toml"))
+    ing, co = s["split-ingest"], s["split-coordinator"]
+    for svc in (ing, co, s["split-topics"]):
+        assert svc["profiles"] == ["split"]
+    a, c = parser.parse_args(ing["command"]), parser.parse_args(co["command"])
+    assert a.command == c.command == "run" and a.role == "ingest" and c.role == "coordinator"
+    assert not a.standalone and not c.standalone  # a standby needs the consumer group
+    for svc, run in ((ing, a), (co, c)):
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
+        assert mounts[run.config] == "./deploy/streamdp-split.toml"
+        # ingest admits and settles: it needs the store as the coordinator does; default: compose's Redis
+        url = svc["environment"]["STREAMDP_STORE"]
+        m = re.fullmatch(r"\$\{STREAMDP_SPLIT_STORE:-(\S+)\}", url)
+        assert m and m.group(1).startswith(SCHEMES) and m.group(1).startswith("redis://redis:"), url
+        assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert svc["depends_on"]["split-topics"]["condition"] == "service_completed_successfully"
+        assert svc["image"] == s["worker"]["image"]
+    assert co["deploy"]["replicas"] == 2  # one active + one standby
+    assert "deploy" not in ing or "replicas" not in ing["deploy"]  # --scale split-ingest=N decides
+    script = "\n".join(s["split-topics"]["command"])
+    assert _created_with_partitions(script) == _split_topics(cfg)
+    assert "kafka:9092" in script and s["split-topics"]["depends_on"]["topics"]["condition"] == \
+        "service_completed_successfully"  # the input topic: the base's job
+    with open(os.path.join(ROOT, "docker-compose.yml")) as f:
+        header = f.read()
+    recipe = re.search(r"docker compose --profile split up .*--scale split-ingest=\d+", header)
+    assert recipe and "--scale worker=0" in recipe.group(0)
+
+
+def _split_overlay() -> dict:
+    (kz,) = _yaml("deploy/split/kustomization.yaml")
+    return kz
+
+
+def _split_ingest() -> dict:
+    (dep,) = [d for d in _yaml("deploy/split/ingest-deployment.yaml") if d["kind"] == "Deployment"]
+    return dep
+
+
+def _split_configmap() -> dict:
+    (cm,) = _yaml("deploy/split/configmap-patch.yaml")
+    return cm
+
+
+def test_k8s_split_overlay(k8s):
+    kz = _split_overlay()
+    assert kz["resources"][0] == "../base"
+    for f in kz["resources"][1:] + [p["path"] for p in kz["patches"]]:
+        assert os.path.exists(os.path.join(DEPLOY, "split", f)), f
+    patches = {p["path"]: p for p in kz["patches"]}
+    parser = build_parser()
+    base_args = k8s[("Deployment", "streamdp-worker")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    base = parser.parse_args(base_args)
+    # the coordinator: the base worker (2 replicas: active + standby) with its role changed
+    assert patches["coordinator-patch.yaml"]["target"] == {"kind": "Deployment", "name": "streamdp-worker"}
+    (ops,) = _yaml("deploy/split/coordinator-patch.yaml")
+    (op,) = ops
+    co = parser.parse_args(op["value"])
+    assert op["path"] == "/spec/template/spec/containers/0/args" and co.role == "coordinator" and not co.standalone
+    assert (co.config, co.metrics_port, co.metrics_host) == (base.config, base.metrics_port, base.metrics_host)
+    assert k8s[("Deployment", "streamdp-worker")]["spec"]["replicas"] == 2
+    # its configuration: deploy/streamdp-split.toml with the cluster's bootstrap
+    cm = _split_configmap()
+    assert (cm["kind"], cm["metadata"]["name"]) in k8s
+    raw = tomllib.loads(cm["data"]["streamdp.toml"])
+    cfg = parse_config(raw, log_warnings=False)
+    ref = load_config(os.path.join(DEPLOY, "streamdp-split.toml"))
+    assert cfg.kafka["stage_a"] == "admit"
+    assert cfg.query_tables == ref.query_tables and cfg.service == ref.service and cfg.budget == ref.budget
+    assert {k: v for k, v in cfg.kafka.items() if k != "bootstrap"} == \
+        {k: v for k, v in ref.kafka.items() if k != "bootstrap"}
+    assert cfg.kafka["bootstrap"] == k8s[("ConfigMap", "streamdp-config")]["data"]["streamdp.toml"].split(
+        'bootstrap = "')[1].split('"')[0]
+    # ingest: the store from the Secret, mounted as the worker's; the same config
+    dep = _split_ingest()
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    ing = parser.parse_args(c["args"])
+    assert ing.role == "ingest" and ing.config == base.config and not ing.standalone
+    env = {e["name"]: e for e in c["env"]}
+    path = env["STREAMDP_STORE_FILE"]["value"]
+    smount = next(m for m in c["volumeMounts"] if m["mountPath"] == os.path.dirname(path))
+    svol = next(v for v in pod["volumes"] if v["name"] == smount["name"])
+    assert svol["secret"]["secretName"] == "streamdp-redis" and smount["readOnly"]
+    wc = k8s[("Deployment", "streamdp-worker")]["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"]: e for e in wc["env"]}["STREAMDP_STORE_FILE"] == env["STREAMDP_STORE_FILE"]
+    vol = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert vol["configMap"]["name"] == cm["metadata"]["name"]
+    assert dep["spec"]["replicas"] >= 1
+    assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    # the topics: the split's, replicated, the parts topic with the input's partitions, the outcomes with one
+    assert patches["topics-patch.yaml"]["target"] == {"kind": "Job", "name": "streamdp-topics"}
+    (tops,) = _yaml("deploy/split/topics-patch.yaml")
+    (top,) = tops
+    assert top["path"] == "/spec/template/spec/containers/0/args"
+    script = "\n".join(top["value"])
+    created = _created_with_partitions(script)
+    want = _split_topics(cfg) | {cfg.kafka["input_topic"]: cfg.kafka["partitions"]}
+    assert created == want
+    assert "--replication-factor 3" in script and cfg.kafka["bootstrap"] in script
+    # the Redis pointer: the base's Service, now naming a cluster
+    (svc,) = _yaml("deploy/split/redis-cluster-patch.yaml")
+    assert (svc["kind"], svc["metadata"]["name"]) in k8s and svc["spec"]["type"] == "ExternalName"
+    with open(os.path.join(DEPLOY, "split", "redis-cluster-patch.yaml")) as f:
+        assert "redis+cluster://" in f.read()
+
+
+def test_k8s_split_egress_lets_ingest_and_coordinator_reach_redis_kafka_and_dns(k8s):
+    (pol,) = _yaml("deploy/split/networkpolicy-egress.yaml")
+    assert "networkpolicy-egress.yaml" in _split_overlay()["resources"]
+    spec = pol["spec"]
+    assert spec["policyTypes"] == ["Egress"]
+    pods = {"ingest": _split_ingest()["spec"]["template"]["metadata"]["labels"],
+            "coordinator": k8s[("Deployment", "streamdp-worker")]["spec"]["template"]["metadata"]["labels"]}
+    for name, labels in pods.items():
+        assert _selects(spec["podSelector"], labels), name
+    assert not _selects(spec["podSelector"], k8s[("Job", "streamdp-topics")]["metadata"]["labels"])
+    ports = {(p.get("protocol", "TCP"), p["port"]) for rule in spec["egress"] for p in rule["ports"]}
+    assert {("UDP", 53), ("TCP", 9092), ("TCP", 6379)} <= ports
+    bootstrap_port = int(parse_config(tomllib.loads(_split_configmap()["data"]["streamdp.toml"]),
+                                      log_warnings=False).kafka["bootstrap"].split(":")[1])
+    assert ("TCP", bootstrap_port) in ports
+    with open(os.path.join(DEPLOY, "base", "external.yaml")) as f:
+        assert "6379" in f.read()  # the store URL's port in the Secret recipe

@@ -257,6 +257,9 @@ class SplitCoordinator:
                 await asyncio.sleep(1.0)
                 continue
             gen = self.generation  # no await since getmany returned
+            # the parts topic's lag: the coordinator saturating (OPERATIONS.md, "Sizing the split"); it commits no
+            # group offsets, so Kafka's own lag tools do not show it
+            await self.metrics.export_lag(self.consumer, o.parts_topic)
             async with self.lock:
                 if self.coord is None or gen != self.generation:
                     continue  # a standby, or fetched before a restore's seek
