@@ -768,11 +768,13 @@ def capacity_model(runs, n: int) -> str:
 
 
 # ---- --split: the staged split as processes ([kafka] stage_a = "admit"; issue 29 item 6) ----------------------------
-def split_config(a, bootstrap: str, topic: str, prefix: str):
-    """The bench's configuration (continual_counts + top_k) with ``stage_a = "admit"`` and internal prefix ``prefix``."""
+def split_config(a, bootstrap: str, topic: str, prefix: str, group: str):
+    """The bench's configuration (continual_counts + top_k) with ``stage_a = "admit"``, internal prefix ``prefix``
+    and group id ``group`` (one per deployment of a round: no member of an earlier run's consumer group in the way)."""
     cfg = make_config(a, bootstrap, topic)
     cfg.kafka["stage_a"] = "admit"
     cfg.kafka["internal_prefix"] = prefix
+    cfg.kafka["group_id"] = group
     return cfg
 
 
@@ -792,7 +794,7 @@ async def split_role_run(spec: dict) -> dict:
     from streamdp.filter import open_store
 
     a = argparse.Namespace(partitions=spec["partitions"], batch=spec["batch"], rho=spec["rho"])
-    cfg = split_config(a, spec["bootstrap"], spec["topic"], spec["prefix"])
+    cfg = split_config(a, spec["bootstrap"], spec["topic"], spec["prefix"], spec["group"])
     role = spec["role"]
     store = open_store(spec["store"], budget_vector(cfg.budget))
     opts = WorkerOptions.from_config(cfg.kafka, drain_idle=spec["drain"], use_group=role == "ingest", role=role,
@@ -860,12 +862,25 @@ def split_child(argv: list[str]) -> None:
 def split_spawn(spec: dict, env: dict | None = None):
     fd, out = tempfile.mkstemp(prefix="bench-split-", suffix=".json")
     os.close(fd)
-    p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--split-child", json.dumps(spec), out],
-                         env=dict(os.environ, PYTHONWARNINGS="ignore", **(env or {})), stdout=subprocess.DEVNULL)
+    with open(out + ".log", "wb") as err:  # the child's log, shown if it fails
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--split-child", json.dumps(spec), out],
+                             env=dict(os.environ, PYTHONWARNINGS="ignore", **(env or {})), stdout=subprocess.DEVNULL,
+                             stderr=err)
+    SPLIT_CHILDREN.append(p)
     return p, out
 
 
-def split_wait(child, timeout: float = 600) -> dict:
+SPLIT_CHILDREN: list = []  # every child started, killed at the end if still running (a failed round)
+
+
+def split_kill_all() -> None:
+    for p in SPLIT_CHILDREN:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def split_wait(child, timeout: float = 300) -> dict:
     """The child's figures, with ``proc_cpu``: its whole process's user + system CPU from ``wait4``'s rusage
     (interpreter start and imports included)."""
     p, out = child
@@ -875,17 +890,22 @@ def split_wait(child, timeout: float = 600) -> dict:
         if pid:
             break
         if time.monotonic() - t0 > timeout:
-            p.kill()
-            raise RuntimeError(f"split child {p.args[3][:80]} did not finish in {timeout} s")
+            split_kill_all()
+            with open(out + ".log", errors="replace") as f:
+                err = f.read()[-3000:]
+            raise RuntimeError(f"split child {p.args[3][:120]} did not finish in {timeout} s; its log ends: {err}")
         time.sleep(0.02)
     p.returncode = os.waitstatus_to_exitcode(status)
+    with open(out + ".log", errors="replace") as f:
+        err = f.read()[-3000:]
     if p.returncode != 0:
-        raise RuntimeError(f"split child exited {p.returncode}")
+        raise RuntimeError(f"split child exited {p.returncode}: {err}")
     with open(out) as f:
         res = json.load(f)
     os.unlink(out)
+    os.unlink(out + ".log")
     if res["code"] != 0:
-        raise RuntimeError(f"split {res['role']} exited with code {res['code']}")
+        raise RuntimeError(f"split {res['role']} exited with code {res['code']}: {err}")
     res["proc_cpu"] = ru.ru_utime + ru.ru_stime
     return res
 
@@ -933,7 +953,7 @@ def split_round(args, bootstrap: str, topic: str, store_url: str, n: int, i: int
     import redis
 
     base = {"bootstrap": bootstrap, "topic": topic, "partitions": args.partitions, "batch": args.batch,
-            "rho": args.rho, "store": store_url, "drain": 1.0}
+            "rho": args.rho, "store": store_url, "drain": 1.0, "group": f"bench-split{i}"}
     r = redis.Redis.from_url(store_url)
     out: dict = {}
 
@@ -957,11 +977,15 @@ def split_round(args, bootstrap: str, topic: str, store_url: str, n: int, i: int
     out["coord"]["servers"] = [y - x for x, y in zip(c0[1:], cpu()[1:])]
     flush()
     c0 = cpu()
-    env = {"BENCH_PROFILE": args.split_profile} if args.split_profile and i == 0 else None
-    out["ingest"] = split_wait(split_spawn(dict(base, role="ingest", prefix=prefix), env))
+    alone = dict(base, role="ingest", prefix=prefix, group=f"bench-split{i}a")  # its own consumer group
+    out["ingest"] = split_wait(split_spawn(alone))
     out["ingest"]["servers"] = [y - x for x, y in zip(c0[1:], cpu()[1:])]
+    if args.split_profile and i == 0:  # the same run again under cProfile (not counted: the profiler's cost)
+        flush()
+        split_wait(split_spawn(dict(alone, group=f"bench-split{i}p"), {"BENCH_PROFILE": args.split_profile}))
     if args.split_n2:
         prefix = f"bench.split{i}n2."
+        base["group"] = f"bench-split{i}n2"
         flush()
         co = split_spawn(dict(base, role="coordinator", prefix=prefix))
         ing = [split_spawn(dict(base, role="ingest", prefix=prefix)) for _ in range(2)]
@@ -1156,6 +1180,7 @@ def main() -> None:
                   f"{'/'.join(f'{x:.2f}' for x in w['cpu'])} in {w['wall']:.2f} s wall", flush=True)
         fa = faust_rate(bootstrap, topic, n, args.batch, args.partitions, args.faust_timeout) if args.faust else None
     finally:
+        split_kill_all()
         stop_servers(h)
     load1 = os.getloadavg()
 
