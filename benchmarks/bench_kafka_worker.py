@@ -25,11 +25,19 @@ keyed by user) into a topic of P partitions, then measures on that topic:
    log, ledger and record building, decoding and merging the counts messages), as ratios to raw ``getmany`` and to
    the ``all`` worker's Python CPU per event of the same round; the messages' bytes per event; Redis round trips
    per (window, partition); and the capacity model min(N·R_ingest, R_coord) they imply.
+7. optionally (``--split``, issue 29 item 6) the staged split as processes (``[kafka] stage_a = "admit"``: the real
+   ``AdmitIngestWorker`` and ``SplitCoordinator``, each in a subprocess of its own run to its drain, CPU per input
+   event over its busy span and for its whole process; ``split_round``): one ingest worker and the coordinator at
+   once (events/s; then the bytes of the parts and outcomes topics per input event), the coordinator alone over
+   that full parts topic, one ingest worker alone (the outcomes topic already full, so it never waits), with
+   ``--split-n2`` two ingest workers and the coordinator at once; as ratios to raw ``getmany`` and to the ``all``
+   worker's CPU per event of the same round, and the capacity model min(N·R_ingest, R_coord, S·R_redis).
+   ``--split-profile PATH``: the first round's ingest worker alone once more under cProfile (not counted).
 
 Steps 1 and 2 are repeated ``--repeat`` times (default 3), interleaved, with a flushed Redis before each worker
 run; the table reports medians (and the range of the ratio) with the load average.
 
-    python benchmarks/bench_kafka_worker.py --events 200000 --partitions 4 [--repeat 3] [--faust] [--stages]
+    python benchmarks/bench_kafka_worker.py --events 200000 --partitions 4 [--repeat 3] [--faust] [--stages] [--split]
 """
 
 from __future__ import annotations
