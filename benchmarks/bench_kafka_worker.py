@@ -25,11 +25,19 @@ keyed by user) into a topic of P partitions, then measures on that topic:
    log, ledger and record building, decoding and merging the counts messages), as ratios to raw ``getmany`` and to
    the ``all`` worker's Python CPU per event of the same round; the messages' bytes per event; Redis round trips
    per (window, partition); and the capacity model min(N·R_ingest, R_coord) they imply.
+7. optionally (``--split``, issue 29 item 6) the staged split as processes (``[kafka] stage_a = "admit"``: the real
+   ``AdmitIngestWorker`` and ``SplitCoordinator``, each in a subprocess of its own run to its drain, CPU per input
+   event over its busy span and for its whole process; ``split_round``): one ingest worker and the coordinator at
+   once (events/s; then the bytes of the parts and outcomes topics per input event), the coordinator alone over
+   that full parts topic, one ingest worker alone (the outcomes topic already full, so it never waits), with
+   ``--split-n2`` two ingest workers and the coordinator at once; as ratios to raw ``getmany`` and to the ``all``
+   worker's CPU per event of the same round, and the capacity model min(N·R_ingest, R_coord, S·R_redis).
+   ``--split-profile PATH``: the first round's ingest worker alone once more under cProfile (not counted).
 
 Steps 1 and 2 are repeated ``--repeat`` times (default 3), interleaved, with a flushed Redis before each worker
 run; the table reports medians (and the range of the ratio) with the load average.
 
-    python benchmarks/bench_kafka_worker.py --events 200000 --partitions 4 [--repeat 3] [--faust] [--stages]
+    python benchmarks/bench_kafka_worker.py --events 200000 --partitions 4 [--repeat 3] [--faust] [--stages] [--split]
 """
 
 from __future__ import annotations
@@ -767,9 +775,315 @@ def capacity_model(runs, n: int) -> str:
     return "\n".join(lines)
 
 
+# ---- --split: the staged split as processes ([kafka] stage_a = "admit"; issue 29 item 6) ----------------------------
+def split_config(a, bootstrap: str, topic: str, prefix: str, group: str):
+    """The bench's configuration (continual_counts + top_k) with ``stage_a = "admit"``, internal prefix ``prefix``
+    and group id ``group`` (one per deployment of a round: no member of an earlier run's consumer group in the way)."""
+    cfg = make_config(a, bootstrap, topic)
+    cfg.kafka["stage_a"] = "admit"
+    cfg.kafka["internal_prefix"] = prefix
+    cfg.kafka["group_id"] = group
+    return cfg
+
+
+async def split_role_run(spec: dict) -> dict:
+    """One role of the split in THIS process (``AdmitIngestWorker`` or ``SplitCoordinator``, as ``streamdp run
+    --role …`` builds them), run to its drain. CPU is ``time.process_time()`` (user + system of every thread of this
+    process): ``busy_cpu`` from just before its first step with data (an input batch or an outcome for stage A, a
+    parts batch for the coordinator) to the end of its last step that consumed or produced anything (stage A: its
+    final markers acknowledged and checkpointed; the coordinator: its last window released, checkpointed, published
+    and announced). Start (topics, group join, claims), the drain's idle wait and stop are outside it; clocks are
+    ``time.monotonic()`` (one clock for every process of the machine)."""
+    from streamdp.accounting.cost import budget_vector
+    from streamdp.adapters.kafka.admit_ingest import AdmitIngestWorker
+    from streamdp.adapters.kafka.broker_config import client_kwargs
+    from streamdp.adapters.kafka.split_coordinator import SplitCoordinator
+    from streamdp.adapters.kafka.worker import WorkerOptions
+    from streamdp.filter import open_store
+
+    a = argparse.Namespace(partitions=spec["partitions"], batch=spec["batch"], rho=spec["rho"])
+    cfg = split_config(a, spec["bootstrap"], spec["topic"], spec["prefix"], spec["group"])
+    role = spec["role"]
+    store = open_store(spec["store"], budget_vector(cfg.budget))
+    opts = WorkerOptions.from_config(cfg.kafka, drain_idle=spec["drain"], use_group=role == "ingest", role=role,
+                                     session_timeout_ms=6000, heartbeat_interval_ms=1000)
+    mark: dict = {"first": None, "last": None, "sent": 0, "in": 0}
+
+    def busy_step(step):
+        async def wrapped(batch, *rest):
+            data = any(batch.values()) or any(rest)
+            c0, t0 = time.process_time(), time.monotonic()
+            if data and mark["first"] is None:
+                mark["first"] = (c0, t0)
+            sent = mark["sent"]
+            await step(batch, *rest)
+            if data:
+                mark["in"] += sum(len(v) for v in batch.values())
+            if mark["first"] is not None and (data or mark["sent"] != sent):
+                mark["last"] = (time.process_time(), time.monotonic())
+        return wrapped
+
+    Base = AdmitIngestWorker if role == "ingest" else SplitCoordinator
+
+    class Measured(Base):
+        async def start(self):
+            await super().start()
+            send = self.producer.send
+
+            async def counted(*args, **kw):
+                mark["sent"] += 1
+                return await send(*args, **kw)
+
+            self.producer.send = counted
+
+    w = Measured(cfg, store, client_kwargs(cfg.kafka), opts)
+    w._step = busy_step(w._step)
+    c0 = time.process_time()
+    code = await w.run()
+    store.close()
+    (cf, tf), (cl, tl) = mark["first"], mark["last"]
+    return {"role": role, "code": code, "busy_cpu": cl - cf, "t_first": tf, "t_last": tl, "records_in": mark["in"],
+            "run_cpu": time.process_time() - c0, "closed": getattr(w, "closed_windows", None)}
+
+
+def split_child(argv: list[str]) -> None:
+    """``--split-child SPEC_JSON OUT_PATH``: :func:`split_role_run` in this process (a subprocess of the bench); its
+    figures go to OUT_PATH as JSON. With $BENCH_PROFILE set, under cProfile timed by process CPU (stats to that
+    path)."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    spec = json.loads(argv[0])
+    prof = os.environ.get("BENCH_PROFILE")
+    if prof:
+        import cProfile
+
+        pr = cProfile.Profile(time.process_time)  # CPU, not wall: waits for Redis and the broker are not counted
+        pr.enable()
+    res = asyncio.run(split_role_run(spec))
+    if prof:
+        pr.disable()
+        pr.dump_stats(prof)
+    with open(argv[1], "w") as f:
+        json.dump(res, f)
+
+
+def split_spawn(spec: dict, env: dict | None = None):
+    fd, out = tempfile.mkstemp(prefix="bench-split-", suffix=".json")
+    os.close(fd)
+    with open(out + ".log", "wb") as err:  # the child's log, shown if it fails
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--split-child", json.dumps(spec), out],
+                             env=dict(os.environ, PYTHONWARNINGS="ignore", **(env or {})), stdout=subprocess.DEVNULL,
+                             stderr=err)
+    SPLIT_CHILDREN.append(p)
+    return p, out
+
+
+SPLIT_CHILDREN: list = []  # every child started, killed at the end if still running (a failed round)
+
+
+def split_kill_all() -> None:
+    for p in SPLIT_CHILDREN:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def split_wait(child, timeout: float = 300) -> dict:
+    """The child's figures, with ``proc_cpu``: its whole process's user + system CPU from ``wait4``'s rusage
+    (interpreter start and imports included)."""
+    p, out = child
+    t0 = time.monotonic()
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - t0 > timeout:
+            split_kill_all()
+            with open(out + ".log", errors="replace") as f:
+                err = f.read()[-3000:]
+            raise RuntimeError(f"split child {p.args[3][:120]} did not finish in {timeout} s; its log ends: {err}")
+        time.sleep(0.02)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    with open(out + ".log", errors="replace") as f:
+        err = f.read()[-3000:]
+    if p.returncode != 0:
+        raise RuntimeError(f"split child exited {p.returncode}: {err}")
+    with open(out) as f:
+        res = json.load(f)
+    os.unlink(out)
+    os.unlink(out + ".log")
+    if res["code"] != 0:
+        raise RuntimeError(f"split {res['role']} exited with code {res['code']}: {err}")
+    res["proc_cpu"] = ru.ru_utime + ru.ru_stime
+    return res
+
+
+def topic_bytes(bootstrap: str, topic: str) -> tuple[int, int]:
+    """(records, bytes) of every record of ``topic`` from the beginning: value + key + header names and values."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def go():
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+        await c.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or [])]
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+            end = await c.end_offsets(tps)
+            recs = nbytes = 0
+            async def behind() -> bool:
+                return any([await c.position(tp) < end[tp] for tp in tps])
+
+            while await behind():
+                res = await c.getmany(timeout_ms=500, max_records=10000)
+                for msgs in res.values():
+                    for m in msgs:
+                        recs += 1
+                        nbytes += len(m.value or b"") + len(m.key or b"") + sum(
+                            len(k.encode()) + len(v or b"") for k, v in (m.headers or ()))
+            return recs, nbytes
+        finally:
+            await c.stop()
+
+    return asyncio.run(go())
+
+
+def split_round(args, bootstrap: str, topic: str, store_url: str, n: int, i: int, cpu) -> dict:
+    """One round of ``--split`` (each step from a flushed Redis, on fresh internal topics per round):
+
+    1. ONE ingest worker and the coordinator at once (two subprocesses): the system's events/s (the ingest
+       worker's first step with data → the coordinator's last step) and each process's CPU; then the bytes of the
+       parts and outcomes topics;
+    2. the coordinator ALONE over that full parts topic (a fresh store, ``--standalone``);
+    3. ONE ingest worker ALONE: a fresh store, the outcomes topic already holding every window's outcome (step 1's),
+       so it never waits for the coordinator — stage A admits window t once t − 1's outcome is back, and here it is;
+    4. (``--split-n2``) two ingest workers and the coordinator at once: events/s."""
+    import redis
+
+    base = {"bootstrap": bootstrap, "topic": topic, "partitions": args.partitions, "batch": args.batch,
+            "rho": args.rho, "store": store_url, "drain": 1.0, "group": f"bench-split{i}"}
+    r = redis.Redis.from_url(store_url)
+    out: dict = {}
+
+    def flush():
+        r.flushdb()
+        quiet_gc()
+
+    prefix = f"bench.split{i}."
+    flush()
+    c0 = cpu()
+    co = split_spawn(dict(base, role="coordinator", prefix=prefix))
+    a = split_wait(split_spawn(dict(base, role="ingest", prefix=prefix)))
+    c = split_wait(co)
+    out["conc"] = {"ingest": a, "coord": c, "eps": n / (c["t_last"] - a["t_first"]),
+                   "servers": [y - x for x, y in zip(c0[1:], cpu()[1:])]}
+    out["parts"] = topic_bytes(bootstrap, prefix + "parts")
+    out["outcomes"] = topic_bytes(bootstrap, prefix + "outcomes")
+    flush()
+    c0 = cpu()
+    out["coord"] = split_wait(split_spawn(dict(base, role="coordinator", prefix=prefix)))
+    out["coord"]["servers"] = [y - x for x, y in zip(c0[1:], cpu()[1:])]
+    flush()
+    c0 = cpu()
+    alone = dict(base, role="ingest", prefix=prefix, group=f"bench-split{i}a")  # its own consumer group
+    out["ingest"] = split_wait(split_spawn(alone))
+    out["ingest"]["servers"] = [y - x for x, y in zip(c0[1:], cpu()[1:])]
+    if args.split_profile and i == 0:  # the same run again under cProfile (not counted: the profiler's cost)
+        flush()
+        split_wait(split_spawn(dict(alone, group=f"bench-split{i}p"), {"BENCH_PROFILE": args.split_profile}))
+    if args.split_n2:
+        prefix = f"bench.split{i}n2."
+        base["group"] = f"bench-split{i}n2"
+        flush()
+        co = split_spawn(dict(base, role="coordinator", prefix=prefix))
+        ing = [split_spawn(dict(base, role="ingest", prefix=prefix)) for _ in range(2)]
+        ing = [split_wait(x) for x in ing]
+        c = split_wait(co)
+        out["n2"] = {"eps": n / (c["t_last"] - min(x["t_first"] for x in ing)), "ingest": ing, "coord": c}
+    return out
+
+
+def split_line(sp: dict, n: int, raw_cpu: float, all_cpu: float) -> str:
+    us = lambda x: 1e6 * x / n  # noqa: E731
+    return (f"  split: ingest alone {us(sp['ingest']['busy_cpu']):.2f} µs/ev ({us(sp['ingest']['busy_cpu']) / raw_cpu:.2f}"
+            f" × raw), coordinator alone {us(sp['coord']['busy_cpu']):.3f} µs/ev "
+            f"({us(sp['coord']['busy_cpu']) / all_cpu:.3f} × all); at once: ingest "
+            f"{us(sp['conc']['ingest']['busy_cpu']):.2f}, coordinator {us(sp['conc']['coord']['busy_cpu']):.3f} µs/ev, "
+            f"{sp['conc']['eps']:,.0f} events/s; parts {sp['parts'][1] / n:.2f} B/ev, outcomes "
+            f"{sp['outcomes'][1] / n:.3f} B/ev" + (f"; N = 2 at once {sp['n2']['eps']:,.0f} events/s" if "n2" in sp else ""))
+
+
+def split_rows(runs, n: int) -> tuple[list[tuple[str, str]], str]:
+    """The table rows and the capacity model of ``--split`` from the rounds' medians. Per-event CPU: raw getmany
+    and the ``all`` worker: this process's CPU over the whole run (start included, as the rows above); the split's
+    roles: their busy span (see :func:`split_role_run`) and their whole process (rusage)."""
+    med = statistics.median
+    us = lambda x: 1e6 * x / n  # noqa: E731
+    raw = [us(r[3][0]) for r in runs]
+    al = [us(r[2]["cpu"][0]) for r in runs]
+    sps = [r[2]["split"] for r in runs]
+    ing = [us(s["ingest"]["busy_cpu"]) for s in sps]
+    ing_p = [us(s["ingest"]["proc_cpu"]) for s in sps]
+    co = [us(s["coord"]["busy_cpu"]) for s in sps]
+    co_p = [us(s["coord"]["proc_cpu"]) for s in sps]
+    cing = [us(s["conc"]["ingest"]["busy_cpu"]) for s in sps]
+    cco = [us(s["conc"]["coord"]["busy_cpu"]) for s in sps]
+    a_raw = sorted(x / y for x, y in zip(ing, raw))
+    c_all = sorted(x / y for x, y in zip(co, al))
+    redis_us = [us(s["ingest"]["servers"][1]) for s in sps]
+    tansu_us = [us(s["ingest"]["servers"][0]) for s in sps]
+    credis_us = [us(s["coord"]["servers"][1]) for s in sps]
+    rng = lambda v: f"{min(v):.3f} … {max(v):.3f}"  # noqa: E731
+    rows = [
+        ("split: raw getmany, python CPU µs/event (as above)", f"{med(raw):.2f}"),
+        ("split: `all` worker, python CPU µs/event (as above)", f"{med(al):.2f}"),
+        ("split: ingest alone, CPU µs/event (busy span)", f"{med(ing):.2f}"),
+        ("split: ingest alone, whole process CPU µs/event (rusage)", f"{med(ing_p):.2f}"),
+        ("split: ratio ingest / raw CPU per event, median", f"{med(a_raw):.2f}"),
+        ("split: ratio ingest / raw, min … max", f"{a_raw[0]:.2f} … {a_raw[-1]:.2f}"),
+        ("split: ingest throughput / raw, per core (target ≥ 0.5)", f"{1 / med(a_raw):.2f}"),
+        ("split: ingest alone, events/s (busy span, wall)",
+         f"{med(n / (s['ingest']['t_last'] - s['ingest']['t_first']) for s in sps):,.0f}"),
+        ("split: coordinator alone, CPU µs/event (busy span)", f"{med(co):.3f}"),
+        ("split: coordinator alone, whole process CPU µs/event", f"{med(co_p):.3f}"),
+        ("split: ratio coordinator / `all` worker (target ≤ 0.1)", f"{med(c_all):.3f}"),
+        ("split: ratio coordinator / `all` worker, min … max", rng(c_all)),
+        ("split: coordinator alone, events/s (busy span, wall)",
+         f"{med(n / (s['coord']['t_last'] - s['coord']['t_first']) for s in sps):,.0f}"),
+        ("split: at once, ingest / coordinator CPU µs/event", f"{med(cing):.2f} / {med(cco):.3f}"),
+        ("split: 1 ingest + coordinator at once, events/s", f"{med(s['conc']['eps'] for s in sps):,.0f}"),
+        ("split: ratio (1 ingest + coordinator) / raw, median",
+         f"{med(s['conc']['eps'] / r[0] for s, r in zip(sps, runs)):.2f}"),
+        ("split: parts topic, records / B per input event",
+         f"{med(s['parts'][0] for s in sps):,.0f} / {med(s['parts'][1] / n for s in sps):.2f}"),
+        ("split: outcomes topic, records / B per input event",
+         f"{med(s['outcomes'][0] for s in sps):,.0f} / {med(s['outcomes'][1] / n for s in sps):.3f}"),
+        ("split: ingest alone, redis-server / tansu CPU µs/event", f"{med(redis_us):.2f} / {med(tansu_us):.2f}"),
+        ("split: coordinator alone, redis-server CPU µs/event", f"{med(credis_us):.3f}"),
+    ]
+    if all("n2" in s for s in sps):
+        rows += [("split: 2 ingest + coordinator at once, events/s", f"{med(s['n2']['eps'] for s in sps):,.0f}"),
+                 ("split: ratio (2 ingest + coordinator) / raw, median",
+                  f"{med(s['n2']['eps'] / r[0] for s, r in zip(sps, runs)):.2f}")]
+    r_in, r_co, r_re = 1e6 / med(ing), 1e6 / med(co), 1e6 / med(redis_us)
+    model = "\n".join([
+        "split capacity model (the split as processes; CPU per input event on one core per process, medians):",
+        f"  R_ingest = 1e6 / {med(ing):.2f} µs = {r_in:,.0f} events/s per ingest core",
+        f"  R_coord  = 1e6 / {med(co):.3f} µs = {r_co:,.0f} events/s",
+        f"  R_redis  = 1e6 / {med(redis_us):.2f} µs (redis-server CPU while one ingest worker admits) = {r_re:,.0f} "
+        "events/s per Redis core",
+        f"  system(N, S) = min(N × {r_in:,.0f}, {r_co:,.0f}, S × {r_re:,.0f}) events/s: the coordinator saturates at "
+        f"N = {r_co / r_in:.1f} ingest cores, one Redis core at {r_re / r_in:.1f}",
+    ])
+    return rows, model
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--ingest-child":
         return ingest_child(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "--split-child":
+        return split_child(sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--partitions", type=int, default=4)
@@ -786,6 +1100,12 @@ def main() -> None:
     ap.add_argument("--staged", action="store_true", help="also measure stage A (ingest) and the coordinator")
     ap.add_argument("--stages", action="store_true",
                     help="also measure CPU per event by stage of the split (ingest worker / coordinator, issue 29)")
+    ap.add_argument("--split", action="store_true",
+                    help="also run the split as processes (stage_a = \"admit\"): ingest alone, coordinator alone, both at "
+                         "once; CPU per event, internal topics' bytes, capacity model (issue 29)")
+    ap.add_argument("--split-n2", action="store_true", help="with --split: also 2 ingest workers + the coordinator")
+    ap.add_argument("--split-profile", default=None, metavar="PATH",
+                    help="with --split: cProfile the first round's ingest-alone worker, stats to PATH")
     ap.add_argument("--rho", type=float, default=4.0, help="every user's zCDP budget (how many windows admit them)")
     ap.add_argument("--faust-timeout", type=float, default=180)
     args = ap.parse_args()
@@ -856,6 +1176,9 @@ def main() -> None:
                 st["script_usec"] = redis_script_usec(store_url) - us0
                 w["stages"] = st
                 print("  " + stages_line(st), flush=True)
+            if args.split:
+                w["split"] = split_round(args, bootstrap, topic, store_url, n, i, cpu)
+                print(split_line(w["split"], n, 1e6 * (c1[0] - c0[0]) / n, 1e6 * w["cpu"][0] / n), flush=True)
             # the ceiling of any one-process worker on this machine, in the same round: the embedded pipeline on
             # the same payloads (parse → engine → releases, in-memory store, no broker, no checkpoint), and the
             # parse alone — what a worker does besides fetching, checkpointing and publishing
@@ -870,6 +1193,7 @@ def main() -> None:
                   f"{'/'.join(f'{x:.2f}' for x in w['cpu'])} in {w['wall']:.2f} s wall", flush=True)
         fa = faust_rate(bootstrap, topic, n, args.batch, args.partitions, args.faust_timeout) if args.faust else None
     finally:
+        split_kill_all()
         stop_servers(h)
     load1 = os.getloadavg()
 
@@ -925,6 +1249,9 @@ def main() -> None:
                   f"{med(r[2]['conc_eps'] / r[0] for r in runs):.2f}")]
     if args.stages:
         rows += stages_rows(runs, n)
+    if args.split:
+        split_tab, split_model = split_rows(runs, n)
+        rows += split_tab
     if args.faust:
         rows.append(("faust-streaming agent stream.take, events/s",
                      f"{fa['eps']:,.0f}" if fa else "did not finish"))
@@ -934,6 +1261,8 @@ def main() -> None:
         print(f"{k:58s} {v:>14s}")
     if args.stages:
         print(capacity_model(runs, n))
+    if args.split:
+        print(split_model)
 
 
 if __name__ == "__main__":

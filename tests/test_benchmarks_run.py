@@ -24,6 +24,8 @@ RUNS = [  # (script and toy arguments, a line its table prints)
     ("bench_kafka_worker.py --events 4000 --partitions 2 --repeat 2 --batch 500",
      "ratio worker / raw aiokafka, median"),
     ("bench_kafka_worker.py --events 4000 --partitions 2 --repeat 1 --batch 500 --stages", "capacity model"),
+    ("bench_kafka_worker.py --events 4000 --partitions 2 --repeat 1 --batch 500 --split --split-n2",
+     "split capacity model"),
     ("bench_range_queries.py --quick --sections speed", "total wall time"),
     ("bench_samplers.py --n 1000 --repeat 1", "vs PCG64"),
     ("bench_stages.py --events 4000 --repeats 1", "median µs/event"),
@@ -41,7 +43,8 @@ def test_every_benchmark_script_is_listed():
 
 
 @pytest.mark.parametrize("spec, expect", RUNS,
-                         ids=[s.split()[0] + (" --stages" if "--stages" in s else "") for s, _ in RUNS])
+                         ids=[s.split()[0] + "".join(f" {o}" for o in ("--stages", "--split") if o in s.split())
+                              for s, _ in RUNS])
 def test_benchmark_runs_at_toy_size(spec, expect):
     script, *args = spec.split()
     r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), *args], cwd=ROOT,
