@@ -5,8 +5,9 @@ as processes"): N ingest workers (``--role ingest``: stage A windows, bounds and
 the same dead letters and the same per-user spend (halted users included) as ONE ``--role all`` worker on the same
 input (test-mode noise: equal records mean equal noise) — for N = 1, 2, 3 (with store failures recovered in
 process); with a worker joining and one leaving mid-stream, ingest workers and the coordinator killed (SIGKILL) at
-the protocol's edges; on a 3-primary Redis Cluster; a parts-topic record of another deployment is refused; and each
-shape refuses the other's checkpoint."""
+the protocol's edges; on a 3-primary Redis Cluster; a parts-topic record of another deployment is refused; each
+shape refuses the other's checkpoint; and, for the kinds whose outcome carries something back to stage A (settled
+rounds, selected keys, released cells: :data:`MIXED`), with two ingest workers, one killed (SIGKILL) mid-stream."""
 
 from __future__ import annotations
 
@@ -115,6 +116,16 @@ def reference_mixed(tansu, redis_server, tmp_path_factory):
     ref = _reference(tansu, redis_server, tmp_path_factory.mktemp("split-ref-mixed"), True, 14)
     assert {k.split("/")[0] for k in ref["releases"]} == {q["id"] for q in MIXED}
     assert len(ref["releases"]) == 28 * len(MIXED)
+    import orjson
+
+    meta = {k: orjson.loads(next(iter(v)))["meta"] for k, v in ref["releases"].items()}
+    # what the outcomes carry back is there: keys selected, PIE rounds saved (rc) and rounds executed (thr) that
+    # settle differently, users the bounded grid_means halted, cells it released
+    assert sum(m["new_selected"] for k, m in meta.items() if k.startswith("sums/")) >= 3
+    assert sum(1 for k, m in meta.items() if k.startswith("rc/") and m["privacy_savings"]) == 4
+    assert {m["rounds"] for k, m in meta.items() if k.startswith("thr/") and m["rounds"]} == {1, 3}
+    assert sum(m["halted_bounded"] for k, m in meta.items() if k.startswith("gmb/")) > 0
+    assert sum(m["selected"] for k, m in meta.items() if k.startswith("gmb/")) > 100
     return ref
 
 
