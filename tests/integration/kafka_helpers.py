@@ -60,7 +60,7 @@ def wait_or_kill(p: subprocess.Popen, timeout: float) -> int:
 
 # ---- helpers shared by the Kafka tests --------------------------------------------------------------------------
 def toml_dumps(d: dict) -> str:
-    """A minimal TOML writer for the service configuration (tables, arrays of tables, scalars, lists)."""
+    """A minimal TOML writer for the service configuration (tables, arrays of tables, scalars, lists, inline tables)."""
     import json as _json
 
     def val(v):
@@ -72,6 +72,8 @@ def toml_dumps(d: dict) -> str:
             return _json.dumps(v)
         if isinstance(v, list):
             return "[" + ", ".join(val(x) for x in v) + "]"
+        if isinstance(v, dict):  # an inline table (range_counts' queries, emd_frequency's clusters)
+            return "{" + ", ".join(f"{_json.dumps(k)} = {val(x)}" for k, x in v.items()) + "}"
         raise TypeError(type(v))
 
     out = []
