@@ -115,7 +115,7 @@ class WorkerOptions:
     poll_ms: int = 200
     # the split's internal topics (parts, outcomes): how long the broker may hold a fetch without data. Small: while
     # stage A catches up, every window waits for a read of each (aiokafka's default, 500 ms, cost ~0.3 s a window)
-    internal_fetch_wait_ms: int = 20
+    internal_fetch_wait_ms: int = 50
     checkpoint_seconds: float = 5.0  # periodic checkpoint even without window closes
     checkpoint_batches: int = 100
     drain_idle: float | None = None  # exit after this long without input, the input read to its end (bounded inputs)
