@@ -188,6 +188,9 @@ KAFKA_PARAMS = (
           default=5.0, gt=0),
     Param("checkpoint_batches", "int", "checkpoint at least every N consumed batches", default=100, min=1),
     Param("session_timeout_ms", "int", "consumer-group session timeout", default=10000, min=1000),
+    Param("internal_fetch_wait_ms", "int", "with stage_a = \"admit\": how long the broker may hold a fetch of "
+          "<internal_prefix>parts or <internal_prefix>outcomes without data (each window of a backlog waits for "
+          "one read of each)", default=50, min=1, max=500),
     Param("standalone", "bool", "one worker without a consumer group", default=False),
 )
 

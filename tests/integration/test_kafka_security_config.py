@@ -108,3 +108,16 @@ def test_fetch_settings_pass_from_config_to_worker_options():
         kafka_section(fetch_max_bytes=10)
     with pytest.raises(ConfigError, match=r"kafka\.prefetch_batches"):
         kafka_section(prefetch_batches=0)
+
+
+def test_internal_fetch_wait_passes_from_config_to_worker_options():
+    """``[kafka] internal_fetch_wait_ms`` (the split's parts and outcomes consumers' fetch wait): 50 ms unless set,
+    1–500 (aiokafka's default, 500 ms, made every window of a backlog wait ≈ 0.3 s on tansu: BENCHMARKS.md, "The
+    split as processes")."""
+    from streamdp.adapters.kafka.worker import WorkerOptions
+
+    assert WorkerOptions.from_config(kafka_section()).internal_fetch_wait_ms == 50
+    assert WorkerOptions.from_config(kafka_section(internal_fetch_wait_ms=7)).internal_fetch_wait_ms == 7
+    for bad in (0, 501):
+        with pytest.raises(ConfigError, match=r"kafka\.internal_fetch_wait_ms"):
+            kafka_section(internal_fetch_wait_ms=bad)

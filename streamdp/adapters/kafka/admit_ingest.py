@@ -155,8 +155,10 @@ class AdmitIngestWorker:
             await ensure_topics(self.client_kw, [self.outcomes_topic], 1)
         check_split_topics(self.parts_topic, len(await topic_partitions(self.consumer, self.parts_topic)),
                            o.input_topic, n_in)
+        # a short fetch wait: the broker may hold a fetch for its whole max wait although an outcome arrived (tansu
+        # does), and while catching up every window waits for the previous one's outcome (internal_fetch_wait_ms)
         self.out_consumer = AIOKafkaConsumer(**self.client_kw, group_id=None, enable_auto_commit=False,
-                                             auto_offset_reset="earliest")
+                                             auto_offset_reset="earliest", fetch_max_wait_ms=o.internal_fetch_wait_ms)
         await self.out_consumer.start()
         await topic_partitions(self.out_consumer, self.outcomes_topic)
         self.out_tp = TopicPartition(self.outcomes_topic, 0)
@@ -316,10 +318,14 @@ class AdmitIngestWorker:
         o = self.opts
         while not self.stopping.is_set():
             try:
-                # short polls: a partition admits window t only after t − 1's outcome came back
-                batch = await self.consumer.getmany(timeout_ms=min(o.poll_ms, 50), max_records=o.batch_max_records)
+                # short polls: a partition admits window t only after t − 1's outcome came back; while one waits
+                # for an outcome and the input is idle, the wait is on the outcomes (it goes on as soon as one comes)
+                waiting = self._waiting()
+                batch = await self.consumer.getmany(timeout_ms=0 if waiting else min(o.poll_ms, 50),
+                                                    max_records=o.batch_max_records)
                 gen = self.generation
-                outs = await self.out_consumer.getmany(self.out_tp, timeout_ms=0, max_records=1000)
+                wait_out = min(o.poll_ms, 50) if waiting and not any(batch.values()) else 0
+                outs = await self.out_consumer.getmany(self.out_tp, timeout_ms=wait_out, max_records=1000)
             except KafkaError as e:
                 log.warning("fetch failed; retrying", extra={"error": str(e)})
                 self.metrics.set_ready(f"outage: Kafka fetch failed ({type(e).__name__})")
@@ -344,6 +350,11 @@ class AdmitIngestWorker:
                 break
             if o.drain_idle is not None and await self._drained():
                 break
+
+    def _waiting(self) -> bool:
+        """Some owned partition admitted a window whose outcome has not come back yet."""
+        return any(own.stage._failed is None and p in own.stage.parts and own.stage.parts[p].pending
+                   for p, own in self.owned.items())
 
     async def _step(self, batch: dict, outs: list) -> None:
         from streamdp.adapters.kafka.worker import parse_fetched

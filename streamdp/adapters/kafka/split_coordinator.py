@@ -112,8 +112,10 @@ class SplitCoordinator:
         group = dict(group_id=f"{o.group_id}.split-coordinator", partition_assignment_strategy=(self._assignor,),
                      session_timeout_ms=o.session_timeout_ms, heartbeat_interval_ms=o.heartbeat_interval_ms,
                      max_poll_interval_ms=300000) if o.use_group else dict(group_id=None)
+        # a short fetch wait (internal_fetch_wait_ms): while stage A catches up, each window waits for this read
         self.consumer = AIOKafkaConsumer(**self.client_kw, **group, enable_auto_commit=False,
                                          auto_offset_reset="earliest", fetch_max_bytes=o.fetch_max_bytes,
+                                         fetch_max_wait_ms=o.internal_fetch_wait_ms,
                                          max_partition_fetch_bytes=o.max_partition_fetch_bytes)
         await self.consumer.start()
         self.input_partitions = await topic_partitions(self.consumer, o.input_topic)

@@ -113,6 +113,9 @@ class WorkerOptions:
     fetch_max_bytes: int = 1024 * 1024
     max_partition_fetch_bytes: int = 1024 * 1024
     poll_ms: int = 200
+    # the split's internal topics (parts, outcomes): how long the broker may hold a fetch without data. Small: while
+    # stage A catches up, every window waits for a read of each (aiokafka's default, 500 ms, cost ~0.3 s a window)
+    internal_fetch_wait_ms: int = 50
     checkpoint_seconds: float = 5.0  # periodic checkpoint even without window closes
     checkpoint_batches: int = 100
     drain_idle: float | None = None  # exit after this long without input, the input read to its end (bounded inputs)
@@ -150,7 +153,7 @@ class WorkerOptions:
                 dead_letter_topic=kafka["dead_letter_topic"], group_id=kafka["group_id"],
                 partitions=kafka["partitions"], batch_max_records=kafka["batch_max_records"])
         for k in ("fetch_max_bytes", "max_partition_fetch_bytes", "prefetch_batches", "step_max_records",
-                  "lean_fetch", "max_partition_skew_seconds"):
+                  "lean_fetch", "max_partition_skew_seconds", "internal_fetch_wait_ms"):
             if k in kafka:
                 setattr(o, k, kafka[k])
         o.internal_topic = forward_topic(kafka)
