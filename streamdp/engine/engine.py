@@ -53,8 +53,9 @@ from streamdp.input.events import EventBatch
 from streamdp.noise.generator import bounding_key, make_generator
 from streamdp.outputs.records import ReleaseRecord, release_key
 from streamdp.windows.held import HeldEvents
+from streamdp.windows.judge import judge_and_hold
 from streamdp.windows.held import take_rows as take_events
-from streamdp.windows.tumbling import OK, REASONS, TumblingWindows, default_max_future
+from streamdp.windows.tumbling import TumblingWindows, default_max_future
 
 log = logging.getLogger("streamdp.engine")
 
@@ -238,34 +239,8 @@ class ReleaseEngine:
 
     def _ingest_judged(self, batch: EventBatch, partition: int, now: float | None) -> list[tuple[int, str]]:
         """:meth:`ingest` of a batch whose every event some query can use: judged by time and held."""
-        c = self.config
-        n = len(batch)
-        t, code = self.windows.judge(batch.ts, partition, c.max_future_seconds, time.time(), now)
-        ok = code == OK
-        rejected: list[tuple[int, str]] = []
-        if not ok.all():
-            bad = np.flatnonzero(~ok)
-            rejected = [(int(i), REASONS[int(k)]) for i, k in zip(bad.tolist(), code[bad].tolist())]
-            for k, m in zip(*np.unique(code[bad], return_counts=True)):
-                reason = REASONS[int(k)]
-                self.counters.dead(reason, int(m))
-                if reason == "late":
-                    self.counters.late += int(m)
-            if bad.size == n:
-                return rejected
-        rows = None if ok.all() else np.flatnonzero(ok)
-        tw = t if rows is None else t[rows]
-        lo, hi = int(tw.min()), int(tw.max())
-        if lo == hi:  # the common case: the whole batch in one window
-            self.held.add(lo, partition, batch if rows is None else take_events(batch, rows))
-        else:
-            order = np.argsort(tw, kind="stable")
-            tw_sorted = tw[order]
-            cuts = np.flatnonzero(np.diff(tw_sorted)) + 1
-            for grp in np.split(order, cuts):
-                sel = np.sort(grp) if rows is None else rows[np.sort(grp)]
-                self.held.add(int(tw[grp[0]]), partition, take_events(batch, sel))
-        return rejected
+        return judge_and_hold(self.windows, self.held, self.counters, batch, partition,
+                              self.config.max_future_seconds, now)
 
     def missing_value(self, batch: EventBatch) -> np.ndarray | None:
         """Rows no configured query can use whatever their time — events with items and no value, when a query sums

@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import time
 
 import numpy as np
 import orjson
@@ -57,8 +56,9 @@ from streamdp.filter.store import BudgetStore
 from streamdp.input.events import EventBatch
 from streamdp.noise.generator import bounding_key, make_generator
 from streamdp.windows.held import HeldEvents
+from streamdp.windows.judge import judge_and_hold
 from streamdp.windows.held import take_rows as take_events
-from streamdp.windows.tumbling import OK, REASONS, TumblingWindows
+from streamdp.windows.tumbling import TumblingWindows
 
 STATE_VERSION = 1
 _NO_WINDOW = 0
@@ -259,20 +259,8 @@ class StageA:
         return out
 
     def _judge(self, st: PartitionState, batch: EventBatch, now: float | None) -> list[tuple[int, str]]:
-        n = len(batch)
-        t, code = st.windows.judge(batch.ts, st.partition, self.config.max_future_seconds, time.time(), now)
-        ok = code == OK
-        rejected: list[tuple[int, str]] = []
-        if not ok.all():
-            bad = np.flatnonzero(~ok)
-            rejected = [(int(i), REASONS[int(k)]) for i, k in zip(bad.tolist(), code[bad].tolist())]
-            for k, m in zip(*np.unique(code[bad], return_counts=True)):
-                reason = REASONS[int(k)]
-                self.counters.dead(reason, int(m))
-                if reason == "late":
-                    self.counters.late += int(m)
-            if bad.size == n:
-                return rejected
+        return judge_and_hold(st.windows, st.held, self.counters, batch, st.partition,
+                              self.config.max_future_seconds, now)
         rows = None if ok.all() else np.flatnonzero(ok)
         tw = t if rows is None else t[rows]
         lo, hi = int(tw.min()), int(tw.max())
